@@ -1,0 +1,160 @@
+"""Typed errors, named after Kafka's error codes.
+
+Every error carries Kafka's numeric ``errno`` and a ``retriable`` flag. Clients decide whether
+to retry from the flag, never from the message. Messages say what was wrong and what to do.
+
+This module imports nothing from the rest of rafka, so every layer (storage included) may
+raise these errors without pulling in Ray.
+"""
+
+from __future__ import annotations
+
+
+class RafkaError(Exception):
+    """Base class of every rafka error."""
+
+    errno: int = -1
+    retriable: bool = False
+
+
+class CorruptRecord(RafkaError):
+    """A record batch failed a length, magic or CRC check."""
+
+    errno = 2
+    retriable = True
+
+
+class OffsetOutOfRange(RafkaError):
+    """The requested offset is below the log start offset or above the log end offset."""
+
+    errno = 1
+
+
+class UnknownTopicOrPartition(RafkaError):
+    """The topic or partition does not exist."""
+
+    errno = 3
+    retriable = True
+
+
+class InvalidFetchSize(RafkaError):
+    """A fetch asked for a negative or zero number of bytes."""
+
+    errno = 4
+
+
+class NotLeaderOrFollower(RafkaError):
+    """The replica asked is not the leader (or not a replica) of the partition."""
+
+    errno = 6
+    retriable = True
+
+
+class RecordTooLarge(RafkaError):
+    """A record or batch is larger than the limit that applies to it."""
+
+    errno = 10
+
+
+class InvalidTopic(RafkaError):
+    """A topic name breaks Kafka's naming rules, or the topic is internal."""
+
+    errno = 17
+
+
+class RecordListTooLarge(RafkaError):
+    """A request carries more bytes than ``segment.bytes`` can hold."""
+
+    errno = 18
+
+
+class NotEnoughReplicas(RafkaError):
+    """The in-sync replica set is smaller than ``min.insync.replicas``."""
+
+    errno = 19
+    retriable = True
+
+
+class InvalidTimestamp(RafkaError):
+    """A timestamp is out of the accepted range."""
+
+    errno = 32
+
+
+class InvalidConfig(RafkaError):
+    """A configuration name is unknown or its value is out of range."""
+
+    errno = 40
+
+
+class OutOfOrderSequence(RafkaError):
+    """An idempotent producer's batch does not follow the last sequence the log holds."""
+
+    errno = 45
+
+
+class InvalidProducerEpoch(RafkaError):
+    """A producer wrote with an epoch older than the one the log holds: it has been fenced."""
+
+    errno = 47
+
+
+class KafkaStorageError(RafkaError):
+    """The data directory cannot be read or written."""
+
+    errno = 56
+    retriable = True
+
+
+class UnsupportedCompressionType(RafkaError):
+    """A batch names a compression codec rafka does not know."""
+
+    errno = 76
+
+
+class InvalidRecord(RafkaError):
+    """A batch is well formed but breaks a rule of the log it is written to."""
+
+    errno = 87
+
+
+class ProducerFenced(InvalidProducerEpoch):
+    """A newer producer with the same transactional id has taken over."""
+
+    errno = 90
+
+
+class InvalidTxnState(RafkaError):
+    """A transactional call came in a state that does not allow it."""
+
+    errno = 48
+
+
+class GroupAuthorizationFailed(RafkaError):
+    """The caller may not use the consumer group."""
+
+    errno = 30
+
+
+__all__ = [
+    "RafkaError",
+    "CorruptRecord",
+    "OffsetOutOfRange",
+    "UnknownTopicOrPartition",
+    "InvalidFetchSize",
+    "NotLeaderOrFollower",
+    "RecordTooLarge",
+    "InvalidTopic",
+    "RecordListTooLarge",
+    "NotEnoughReplicas",
+    "InvalidTimestamp",
+    "InvalidConfig",
+    "OutOfOrderSequence",
+    "InvalidProducerEpoch",
+    "KafkaStorageError",
+    "UnsupportedCompressionType",
+    "InvalidRecord",
+    "ProducerFenced",
+    "InvalidTxnState",
+    "GroupAuthorizationFailed",
+]

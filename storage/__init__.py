@@ -1,0 +1,13 @@
+"""The storage engine: a partition's log on local disk. No Ray imports in this package.
+
+Layers inside, lowest first: ``record_batch`` (the pure codec), ``index`` and ``segment``
+(one file set), ``leader_epoch`` and ``producer_state`` (state kept beside the log),
+``log_loader`` (recovery on open), ``log`` (the partition log), ``retention`` and
+``compaction`` (cleanup policies), ``config`` (topic configuration).
+"""
+
+from rafka.storage.config import LogConfig
+from rafka.storage.log import Log, LogAppendInfo, LogReadResult, partition_dir
+from rafka.storage.log_loader import RecoveryReport
+
+__all__ = ["Log", "LogAppendInfo", "LogConfig", "LogReadResult", "RecoveryReport", "partition_dir"]

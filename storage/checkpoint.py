@@ -1,0 +1,58 @@
+"""Small files that must never be half-written: write to a temporary name, fsync, rename.
+
+A reader sees the old content or the new, never a mix. Used for the leader-epoch checkpoint,
+the log-start-offset and recovery-point files and producer-state snapshots.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rafka.errors import KafkaStorageError
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` durably (file and directory entry are fsynced)."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_directory(os.path.dirname(path) or ".")
+    except OSError as e:
+        raise KafkaStorageError(
+            f"cannot write {path}: {e.strerror}; make the data directory writable"
+        ) from e
+
+
+def fsync_directory(directory: str) -> None:
+    """Make renames and creations in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str) -> str | None:
+    """The file's text, or None if it does not exist."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_offset(path: str, offset: int) -> None:
+    write_atomically(path, f"{offset}\n".encode())
+
+
+def read_offset(path: str) -> int | None:
+    """The offset stored in ``path``, or None if the file is missing or unreadable."""
+    text = read_text(path)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None

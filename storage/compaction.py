@@ -1,0 +1,185 @@
+"""Log compaction (``cleanup.policy=compact``): keep the latest record of every key.
+
+One pass:
+ 1. The cleanable range is the oldest non-active segments whose records are all older than
+    ``min.compaction.lag.ms``; the active segment is never touched.
+ 2. An offset map (key -> offset of its latest record) is built over that range.
+ 3. Each group of adjacent segments (up to ``segment.bytes``) is rewritten into one
+    ``.cleaned`` segment keeping, in offset order: records whose offset is the latest for their
+    key, records without a key, control batches, and tombstones younger than
+    ``delete.retention.ms`` (measured from the tombstone's timestamp). Offsets never change:
+    a batch that loses records keeps its base offset and last offset delta, with explicit
+    offset deltas for the records that stay.
+ 4. The finished segment is fsynced, renamed ``.swap``, its inputs deleted, and renamed into
+    place. A crash at any step is resolved on open (log_loader.complete_interrupted_swaps).
+
+``cleaner-offset-checkpoint`` remembers where the last pass ended, so the share of bytes not
+yet cleaned (the dirty ratio) can be compared with ``min.cleanable.dirty.ratio``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rafka.storage import record_batch as rb
+from rafka.storage.checkpoint import read_offset, write_offset
+from rafka.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX, Segment
+
+if TYPE_CHECKING:
+    from rafka.storage.log import Log
+
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+_MAX_RELATIVE_OFFSET = 2**32 - 1
+
+
+@dataclass
+class CompactionResult:
+    segments_in: int = 0
+    segments_out: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    tombstones_dropped: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+def cleanable_segments(log: "Log", now_ms: int) -> list[Segment]:
+    """The oldest non-active segments whose newest record is past the compaction lag."""
+    horizon = now_ms - log.config.min_compaction_lag_ms
+    out = []
+    for segment in log.segments[:-1]:
+        if segment.max_timestamp > horizon:
+            break
+        out.append(segment)
+    return out
+
+
+def dirty_ratio(log: "Log") -> float:
+    """Share of non-active bytes written since the last compaction pass ended."""
+    first_dirty = read_offset(os.path.join(log.directory, CLEANER_CHECKPOINT_FILE)) or 0
+    closed = log.segments[:-1]
+    total = sum(s.size for s in closed)
+    dirty = sum(s.size for s in closed if s.base_offset >= first_dirty)
+    return dirty / total if total else 0.0
+
+
+def compact(log: "Log", now_ms: int, force: bool = False) -> CompactionResult:
+    """Run one compaction pass over ``log`` if its policy includes compact and (unless
+    ``force``) its dirty ratio reaches ``min.cleanable.dirty.ratio``."""
+    result = CompactionResult()
+    if not log.config.compact:
+        return result
+    if not force and dirty_ratio(log) < log.config.min_cleanable_dirty_ratio:
+        return result
+    segments = cleanable_segments(log, now_ms)
+    if not segments:
+        return result
+    latest = _build_offset_map(segments)
+    tombstone_horizon = now_ms - log.config.delete_retention_ms
+    for group in _group_segments(segments, log.config.segment_bytes):
+        _clean_group(log, group, latest, tombstone_horizon, result)
+    write_offset(os.path.join(log.directory, CLEANER_CHECKPOINT_FILE), segments[-1].next_offset)
+    return result
+
+
+def _build_offset_map(segments: list[Segment]) -> dict[bytes, int]:
+    latest: dict[bytes, int] = {}
+    for segment in segments:
+        for _, header, batch in segment.iter_batches(0, verify=False):
+            if header.is_control:
+                continue
+            records = rb.decode_records(batch, verify=False)
+            if records.keys is None:
+                continue
+            for key, offset in zip(records.keys, records.offsets):
+                if key is not None:
+                    latest[key] = offset
+    return latest
+
+
+def _group_segments(segments: list[Segment], max_bytes: int) -> list[list[Segment]]:
+    """Adjacent segments whose total size fits one segment and whose offsets fit its index."""
+    groups: list[list[Segment]] = []
+    for segment in segments:
+        current = groups[-1] if groups else None
+        if (
+            current is not None
+            and sum(s.size for s in current) + segment.size <= max_bytes
+            and segment.next_offset - current[0].base_offset <= _MAX_RELATIVE_OFFSET
+        ):
+            current.append(segment)
+        else:
+            groups.append([segment])
+    return groups
+
+
+def _clean_group(
+    log: "Log",
+    group: list[Segment],
+    latest: dict[bytes, int],
+    tombstone_horizon: int,
+    result: CompactionResult,
+) -> None:
+    out = log.make_segment(group[0].base_offset, CLEANED_SUFFIX)
+    out.offset_index.reset()
+    out.time_index.reset()
+    for segment in group:
+        result.segments_in += 1
+        result.bytes_in += segment.size
+        for _, header, batch in segment.iter_batches(0, verify=True):
+            if header.is_control:
+                kept = bytes(batch)
+            else:
+                kept = _filter_batch(batch, header, latest, tombstone_horizon, result)
+            if kept is not None:
+                out.append([kept], [rb.read_header(kept)])
+    out.seal()
+    result.segments_out += 1
+    result.bytes_out += out.size
+    out.rename_suffix(SWAP_SUFFIX)
+    log.replace_segments(group, out)
+
+
+def _filter_batch(
+    batch: memoryview,
+    header: rb.BatchHeader,
+    latest: dict[bytes, int],
+    tombstone_horizon: int,
+    result: CompactionResult,
+) -> bytes | None:
+    """The batch with its superseded records (and expired tombstones) removed; the original
+    bytes when nothing goes, None when everything does."""
+    records = rb.decode_records(batch, verify=False)
+    keys = records.keys or [None] * len(records)
+    keep = []
+    for i, (key, offset, value) in enumerate(zip(keys, records.offsets, records.values)):
+        if key is not None and latest.get(key, offset) != offset:
+            continue
+        if value is None and key is not None and records.timestamps[i] < tombstone_horizon:
+            result.tombstones_dropped += 1
+            continue
+        keep.append(i)
+    result.records_in += len(records)
+    result.records_out += len(keep)
+    if len(keep) == len(records):
+        return bytes(batch)
+    if not keep:
+        return None
+    return rb.encode_batch(
+        [records.values[i] for i in keep],
+        None if records.keys is None else [records.keys[i] for i in keep],
+        [records.timestamps[i] for i in keep],
+        None if records.headers is None else [records.headers[i] for i in keep],
+        offset_deltas=[records.offsets[i] - header.base_offset for i in keep],
+        last_offset_delta=header.last_offset_delta,
+        base_offset=header.base_offset,
+        codec=header.codec,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        partition_leader_epoch=header.partition_leader_epoch,
+        is_transactional=header.is_transactional,
+        timestamp_type=header.timestamp_type,
+    )

@@ -1,0 +1,174 @@
+"""Opening a partition directory: finish interrupted compactions, recover what may be torn.
+
+Files the loader reads besides the segments:
+
+    clean-shutdown       present only between a clean close and the next open
+    recovery-point       offset below which every batch was fsynced (written at roll and close)
+    log-start-offset     the log start offset when it moved inside a segment (delete_records)
+
+After a clean shutdown every segment is trusted and only its indexes are sanity-checked
+(rebuilt when they disagree with the log). After an unclean one, every segment from the one
+holding the recovery point onwards is re-read batch by batch with its CRC checked: the first
+torn or corrupt batch and everything after it is cut (segments after a cut are deleted, since
+a log must stay a contiguous prefix), and the indexes of those segments are rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from rafka.errors import KafkaStorageError
+from rafka.storage import record_batch as rb
+from rafka.storage.checkpoint import read_offset
+from rafka.storage.segment import (
+    CLEANED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    Segment,
+)
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_OFFSET_FILE = "log-start-offset"
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a log found and changed. Empty lists and zeros mean nothing was wrong."""
+
+    clean_shutdown: bool
+    segments_checked: int = 0
+    batches_checked: int = 0
+    bytes_truncated: int = 0
+    segments_deleted: list[str] = field(default_factory=list)
+    indexes_rebuilt: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def dropped_data(self) -> bool:
+        return bool(self.bytes_truncated or self.segments_deleted)
+
+    def summary(self) -> str:
+        if not (self.dropped_data or self.indexes_rebuilt or self.problems):
+            state = "clean" if self.clean_shutdown else "unclean, nothing lost"
+            return f"opened ({state}; {self.segments_checked} segments checked)"
+        return (
+            f"recovered after {'a clean' if self.clean_shutdown else 'an unclean'} shutdown: "
+            f"{self.bytes_truncated} bytes truncated, {len(self.segments_deleted)} segments "
+            f"deleted, {len(self.indexes_rebuilt)} indexes rebuilt; "
+            + "; ".join(self.problems)
+        )
+
+
+def ensure_writable_directory(directory: str) -> None:
+    """Create ``directory`` if needed and prove that files can be created in it."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, ".write-probe")
+        with open(probe, "wb") as f:
+            f.write(b"\0")
+        os.unlink(probe)
+    except OSError as e:
+        raise KafkaStorageError(
+            f"data directory {directory!r} cannot be written: {e.strerror}; "
+            "point the log at a writable directory (RAFKA_DATA_DIR) or fix its permissions"
+        ) from e
+
+
+def _base_offset_of(name: str, suffix: str) -> int | None:
+    stem = name[: -len(suffix)]
+    return int(stem) if stem.isdigit() and len(stem) == 20 else None
+
+
+def complete_interrupted_swaps(
+    directory: str, make_segment: Callable[[int, str], Segment]
+) -> None:
+    """Finish or undo compactions cut short by a crash.
+
+    ``.cleaned`` files were never finished: deleted. A ``.swap`` segment was finished and
+    fsynced before its inputs were touched: every input segment it covers (base offsets from
+    the swap's base up to its last offset) is deleted and the swap renamed into place.
+    """
+    names = os.listdir(directory)
+    for name in names:
+        if name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp"):
+            os.unlink(os.path.join(directory, name))
+    for name in names:
+        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            continue
+        base = _base_offset_of(name[: -len(SWAP_SUFFIX)], LOG_SUFFIX)
+        if base is None:
+            continue
+        swap = make_segment(base, SWAP_SUFFIX)
+        swap.rebuild_indexes()
+        last = swap.next_offset - 1
+        swap.close()
+        for other in os.listdir(directory):
+            other_base = _base_offset_of(other, LOG_SUFFIX)
+            if other_base is not None and base <= other_base <= last:
+                segment = make_segment(other_base, "")
+                segment.delete()
+        swap = make_segment(base, SWAP_SUFFIX)
+        swap.rename_suffix("")
+        swap.close()
+        log.info("completed an interrupted compaction of %s at base offset %d", directory, base)
+
+
+def load_segments(
+    directory: str,
+    make_segment: Callable[[int, str], Segment],
+    on_recovered_batch: Callable[[rb.BatchHeader], None],
+) -> tuple[list[Segment], RecoveryReport, int | None]:
+    """Open every segment of ``directory`` (which must exist), recovering those that may be
+    torn.
+
+    Returns (segments in offset order, report, checkpointed log start offset or None).
+    ``on_recovered_batch`` sees each batch header re-read during recovery, in order, so the
+    caller can rebuild state (leader epochs) derived from them.
+    """
+    complete_interrupted_swaps(directory, make_segment)
+    marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
+    clean = os.path.exists(marker)
+    report = RecoveryReport(clean_shutdown=clean)
+    recovery_point = read_offset(os.path.join(directory, RECOVERY_POINT_FILE)) or 0
+    log_start = read_offset(os.path.join(directory, LOG_START_OFFSET_FILE))
+
+    bases = sorted(
+        b for b in (_base_offset_of(n, LOG_SUFFIX) for n in os.listdir(directory)) if b is not None
+    )
+    segments = [make_segment(base, "") for base in bases]
+    # The first segment that may hold unflushed data: the one containing the recovery point.
+    first_unflushed = 0
+    for i, segment in enumerate(segments):
+        if segment.base_offset <= recovery_point:
+            first_unflushed = i
+
+    kept: list[Segment] = []
+    cut = False
+    for i, segment in enumerate(segments):
+        if cut:
+            report.segments_deleted.append(segment.log_path)
+            segment.delete()
+            continue
+        report.segments_checked += 1
+        if clean or i < first_unflushed:
+            if segment.load():
+                report.indexes_rebuilt.append(segment.offset_index.path)
+        else:
+            result = segment.recover(verify=True, on_batch=on_recovered_batch)
+            segment.flush(force=True)
+            report.batches_checked += result.batches
+            report.indexes_rebuilt.append(segment.offset_index.path)
+            if result.reason is not None:
+                report.bytes_truncated += result.truncated_bytes
+                report.problems.append(result.reason)
+                cut = True
+        kept.append(segment)
+    if clean:
+        os.unlink(marker)
+    return kept, report, log_start

@@ -1,0 +1,47 @@
+"""Retention: which whole segments of a log are old or large enough to delete.
+
+A segment goes when every record in it is older than ``retention.ms`` (its largest timestamp
+is past the horizon), when dropping it keeps the log at or above ``retention.bytes``, or when
+it lies wholly below the log start offset. Only a prefix of the log ever goes, and never the
+active segment, so the log stays contiguous and appends are never disturbed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rafka.storage.segment import Segment
+
+if TYPE_CHECKING:
+    from rafka.storage.log import Log
+
+
+def expired_segments(log: "Log", now_ms: int) -> list[Segment]:
+    """The oldest segments that retention removes now (a prefix, never the active one)."""
+    candidates = log.segments[:-1]
+    config = log.config
+    count = 0
+    # Below the log start offset (moved by delete_records): always deleted.
+    while count < len(candidates) and candidates[count].next_offset <= log.log_start_offset:
+        count += 1
+    if config.delete:
+        if config.retention_ms >= 0:
+            horizon = now_ms - config.retention_ms
+            by_time = 0
+            while by_time < len(candidates) and candidates[by_time].max_timestamp < horizon:
+                by_time += 1
+            count = max(count, by_time)
+        if config.retention_bytes >= 0:
+            excess = log.size_bytes - config.retention_bytes
+            by_size = 0
+            while by_size < len(candidates) and excess - candidates[by_size].size >= 0:
+                excess -= candidates[by_size].size
+                by_size += 1
+            count = max(count, by_size)
+    return candidates[:count]
+
+
+def delete_expired_segments(log: "Log", now_ms: int) -> int:
+    """Apply retention to ``log``; returns the bytes freed."""
+    doomed = expired_segments(log, now_ms)
+    return log.delete_segments(doomed) if doomed else 0

@@ -1,0 +1,399 @@
+"""One segment of a partition log: a ``.log`` file of batches and its two sparse indexes.
+
+Files (``NNNNNNNNNNNNNNNNNNNN`` is the base offset, 20 digits):
+
+    NNNN.log        batches back to back, each as record_batch describes
+    NNNN.index      offset -> position, an entry every ``index.interval.bytes``
+    NNNN.timeindex  running max timestamp -> offset, alongside each offset-index entry
+
+Only the log's last segment (the active one) is appended to. Not thread-safe: the owning
+Log serializes every call. After a crash the tail may be torn; ``recover()`` re-validates
+every batch, truncates at the first bad one and rebuilds both indexes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from rafka.errors import CorruptRecord, KafkaStorageError
+from rafka.storage import record_batch as rb
+from rafka.storage.index import IndexCorrupt, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+CLEANED_SUFFIX = ".cleaned"  # a compaction output being written
+SWAP_SUFFIX = ".swap"  # a finished compaction output waiting to replace its inputs
+
+_SCAN_CHUNK = 8 << 20  # bytes read at a time when walking a segment
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass
+class RecoveryResult:
+    """What ``Segment.recover`` found."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    batches: int
+    reason: str | None  # why the tail was cut, None when nothing was
+
+
+class Segment:
+    """A ``.log`` file plus its indexes. ``next_offset`` is one past the last offset stored."""
+
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        index_interval_bytes: int,
+        max_index_entries: int,
+        suffix: str = "",
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self._stem = os.path.join(directory, segment_name(base_offset))
+        self.suffix = suffix
+        self.log_path = self._stem + LOG_SUFFIX + suffix
+        self.offset_index = OffsetIndex(
+            self._stem + INDEX_SUFFIX + suffix, base_offset, max_index_entries
+        )
+        self.time_index = TimeIndex(
+            self._stem + TIME_INDEX_SUFFIX + suffix, base_offset, max_index_entries
+        )
+        try:
+            self._fd = os.open(
+                self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            )
+        except OSError as e:
+            raise _storage_error("open", self.log_path, e) from e
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = rb.NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp: int | None = None
+        self._bytes_since_index_entry = 0
+        self._unflushed = False
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(self) -> bool:
+        """Open a segment that was shut down cleanly: trust the log, check the indexes against
+        it (rebuilding them when they disagree), and find the next offset and max timestamp.
+        Returns True when the indexes had to be rebuilt."""
+        try:
+            self.offset_index.sanity_check(self.size)
+            last_indexed_offset, position = self.offset_index.lookup(2**63 - 1)
+            last_header = None
+            for position, header in self.iter_headers(position):
+                last_header = header
+            if last_header is None and self.size:
+                raise IndexCorrupt(f"{self.offset_index.path} points past the last batch")
+            self.next_offset = last_header.next_offset if last_header else self.base_offset
+            self.time_index.sanity_check(self.next_offset - 1)
+        except (IndexCorrupt, CorruptRecord):
+            self.rebuild_indexes()
+            return True
+        self.first_batch_timestamp = self._read_first_batch_timestamp()
+        entry = self.time_index.last_entry
+        if entry is None:
+            self._scan_max_timestamp(0)
+        else:
+            self.max_timestamp, self.offset_of_max_timestamp = entry
+            self._scan_max_timestamp(self.offset_index.lookup(entry[1])[1])
+        self._bytes_since_index_entry = self.size - self.offset_index.lookup(2**63 - 1)[1]
+        return False
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes by walking the (trusted) log."""
+        self.recover(verify=False)
+
+    def recover(
+        self, verify: bool = True, on_batch: Callable[[rb.BatchHeader], None] | None = None
+    ) -> RecoveryResult:
+        """Walk every batch (checking CRCs when ``verify``), rebuild both indexes, and cut the
+        log at the first batch that is torn or corrupt; ``on_batch`` sees each valid header.
+        Returns what was found."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = rb.NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        self._bytes_since_index_entry = 0
+        file_size = self.size = os.fstat(self._fd).st_size
+        valid = 0
+        batches = 0
+        reason = None
+        try:
+            for position, header, _ in self.iter_batches(0, verify=verify):
+                if header.base_offset < self.next_offset:
+                    raise CorruptRecord(
+                        f"batch at byte {position} has base offset {header.base_offset}, "
+                        f"below the previous batch's next offset {self.next_offset}"
+                    )
+                self._index_batch(position, header)
+                if on_batch is not None:
+                    on_batch(header)
+                valid = position + header.size
+                batches += 1
+        except CorruptRecord as e:
+            reason = f"{self.log_path}: {e}"
+        truncated = file_size - valid
+        if truncated:
+            self._truncate_file(valid)
+        self.size = valid
+        self._seal_time_index()
+        return RecoveryResult(valid, truncated, batches, reason)
+
+    def _read_first_batch_timestamp(self) -> int | None:
+        for _, header in self.iter_headers(0):
+            return header.max_timestamp
+        return None
+
+    def _scan_max_timestamp(self, position: int) -> None:
+        for _, header in self.iter_headers(position):
+            self._observe_timestamp(header)
+
+    def _observe_timestamp(self, header: rb.BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, parts: list, headers: list[rb.BatchHeader]) -> None:
+        """Append batches given as buffers whose concatenation is their bytes, in one writev;
+        ``headers`` are their (already patched) headers, in order. On an I/O error the file is
+        cut back so nothing half-written stays, and KafkaStorageError is raised."""
+        position = self.size
+        state = (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp)
+        for header in headers:
+            self._index_batch(self.size, header)
+        expected = self.size - position
+        try:
+            written = os.writev(self._fd, parts)
+            if written < expected:  # short only when the disk fills up mid-write
+                rest = b"".join(bytes(p) for p in parts)[written:]
+                while rest:
+                    n = os.write(self._fd, rest)
+                    rest = rest[n:]
+        except OSError as e:
+            self._truncate_file(position)
+            self.offset_index.truncate_to_position(position)
+            self.time_index.truncate_to(headers[0].base_offset)
+            self.next_offset, self.max_timestamp, self.offset_of_max_timestamp = state
+            raise _storage_error("append to", self.log_path, e) from e
+        self._unflushed = True
+
+    def _index_batch(self, position: int, header: rb.BatchHeader) -> None:
+        """Account for a batch at ``position``: indexes, next offset, timestamps, size."""
+        if self._bytes_since_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        self._observe_timestamp(header)
+        self.next_offset = header.next_offset
+        self.size = position + header.size
+
+    @property
+    def index_is_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read_at(self, position: int, size: int) -> bytes:
+        try:
+            return os.pread(self._fd, size, position)
+        except OSError as e:
+            raise _storage_error("read", self.log_path, e) from e
+
+    def iter_headers(self, position: int = 0) -> Iterator[tuple[int, rb.BatchHeader]]:
+        """Yield (position, header) of each batch from ``position``, reading headers only."""
+        while position < self.size:
+            buf = self.read_at(position, rb.HEADER_SIZE)
+            if len(buf) < rb.HEADER_SIZE:
+                raise CorruptRecord(f"{self.log_path}: torn header at byte {position}")
+            header = rb.BatchHeader._make(rb.HEADER.unpack_from(buf))
+            if header.magic != rb.MAGIC or header.batch_length < rb.HEADER_SIZE - 12:
+                raise CorruptRecord(f"{self.log_path}: bad batch header at byte {position}")
+            if position + header.size > self.size:
+                raise CorruptRecord(f"{self.log_path}: batch at byte {position} is torn")
+            yield position, header
+            position += header.size
+
+    def iter_batches(
+        self, position: int = 0, verify: bool = True
+    ) -> Iterator[tuple[int, rb.BatchHeader, memoryview]]:
+        """Yield (position, header, batch bytes) from ``position``, reading large chunks.
+        Raises CorruptRecord at the first torn or corrupt batch (after yielding the ones
+        before it)."""
+        check = rb.verify_batch if verify else rb.read_header
+        end = self.size
+        while position < end:
+            chunk = memoryview(self.read_at(position, min(_SCAN_CHUNK, end - position)))
+            offset = 0
+            while len(chunk) - offset >= rb.LENGTH_PREFIX_SIZE:
+                _, length = rb.LENGTH_PREFIX.unpack_from(chunk, offset)
+                if length + rb.LENGTH_PREFIX_SIZE > len(chunk) - offset:
+                    break
+                header = check(chunk, offset)
+                yield position + offset, header, chunk[offset : offset + header.size]
+                offset += header.size
+            if offset == 0:
+                # The batch at `position` does not fit in the chunk: larger than a chunk, or
+                # torn. read_header raises with the details if it is torn.
+                _, length = rb.LENGTH_PREFIX.unpack_from(chunk.tobytes().ljust(12, b"\0"))
+                if length < 0 or position + length + rb.LENGTH_PREFIX_SIZE > end:
+                    rb.read_header(chunk, 0)
+                    raise CorruptRecord(f"{self.log_path}: torn batch at byte {position}")
+                chunk = memoryview(self.read_at(position, length + rb.LENGTH_PREFIX_SIZE))
+                header = check(chunk, 0)
+                yield position, header, chunk
+                offset = header.size
+            position += offset
+
+    def find_batch(self, offset: int) -> tuple[int, rb.BatchHeader] | None:
+        """Position and header of the first batch holding ``offset`` or any later offset."""
+        _, position = self.offset_index.lookup(offset)
+        for position, header in self.iter_headers(position):
+            if header.last_offset >= offset:
+                return position, header
+        return None
+
+    def read(self, position: int, max_bytes: int, max_offset: int | None = None) -> memoryview:
+        """Whole batches from ``position``: at most ``max_bytes`` (but always the first batch,
+        so a consumer makes progress), none whose base offset is at or past ``max_offset``."""
+        data = memoryview(self.read_at(position, min(max_bytes, self.size - position)))
+        cut = 0
+        while cut + rb.LENGTH_PREFIX_SIZE <= len(data):
+            base, length = rb.LENGTH_PREFIX.unpack_from(data, cut)
+            if max_offset is not None and base >= max_offset:
+                break
+            if cut + length + rb.LENGTH_PREFIX_SIZE > len(data):
+                if cut == 0:  # the first batch is bigger than max_bytes: send it whole
+                    return memoryview(self.read_at(position, length + rb.LENGTH_PREFIX_SIZE))
+                break
+            cut += length + rb.LENGTH_PREFIX_SIZE
+        return data[:cut]
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, bytes] | None:
+        """The first batch whose max timestamp is at or after ``timestamp``, as (position,
+        batch bytes); the caller decodes it to find the record."""
+        start = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(start)
+        for position, header in self.iter_headers(position):
+            if header.max_timestamp >= timestamp:
+                return position, self.read_at(position, header.size)
+        return None
+
+    # -- shrinking, flushing, closing ----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is at or above ``offset`` (a batch holding
+        ``offset`` goes whole). Returns the bytes removed."""
+        found = self.find_batch(offset)
+        if found is None:
+            return 0
+        position, header = found
+        removed = self.size - position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to(header.base_offset)
+        self._truncate_file(position)
+        self.next_offset = self.base_offset
+        self.max_timestamp = rb.NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        entry = self.time_index.last_entry
+        if entry is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = entry
+        for _, h in self.iter_headers(self.offset_index.lookup(2**63 - 1)[1]):
+            self._observe_timestamp(h)
+            self.next_offset = h.next_offset
+        self.first_batch_timestamp = self._read_first_batch_timestamp()
+        self._bytes_since_index_entry = self.size - self.offset_index.lookup(2**63 - 1)[1]
+        return removed
+
+    def _truncate_file(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as e:
+            raise _storage_error("truncate", self.log_path, e) from e
+        self.size = size
+
+    def seal(self) -> None:
+        """Called when this segment stops being active: record the final max timestamp in the
+        time index (so a clean reopen knows it without a scan) and flush everything."""
+        self._seal_time_index()
+        self.flush()
+
+    def _seal_time_index(self) -> None:
+        if self.max_timestamp != rb.NO_TIMESTAMP:
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def flush(self, force: bool = False) -> None:
+        """fdatasync the log and both indexes (the log only if it was written since the last
+        flush, unless ``force``: data recovered after a crash may still be only in the cache)."""
+        try:
+            if self._unflushed or force:
+                os.fdatasync(self._fd)
+                self._unflushed = False
+            self.offset_index.flush()
+            self.time_index.flush()
+        except OSError as e:
+            raise _storage_error("flush", self.log_path, e) from e
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.log_path)
+        except FileNotFoundError:
+            pass
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename the segment's files to carry ``suffix`` (compaction's .cleaned -> .swap -> "").
+        Each rename is atomic; a crash between them is resolved when the log is next opened."""
+        self.flush()
+        self.offset_index.close()
+        self.time_index.close()
+        for kind, holder, attr in (
+            (LOG_SUFFIX, self, "log_path"),
+            (INDEX_SUFFIX, self.offset_index, "path"),
+            (TIME_INDEX_SUFFIX, self.time_index, "path"),
+        ):
+            target = self._stem + kind + suffix
+            if os.path.exists(getattr(holder, attr)):
+                os.replace(getattr(holder, attr), target)
+            setattr(holder, attr, target)
+        self.suffix = suffix
+
+    def __repr__(self) -> str:
+        return f"Segment({self.log_path!r}, next_offset={self.next_offset}, size={self.size})"
+
+
+def _storage_error(action: str, path: str, e: OSError) -> KafkaStorageError:
+    hint = {
+        errno.ENOSPC: "free space on the disk or lower retention",
+        errno.EACCES: "make the data directory writable by this process",
+        errno.EROFS: "mount the data disk read-write",
+    }.get(e.errno, "check the data disk")
+    return KafkaStorageError(f"cannot {action} {path}: {e.strerror}; {hint}")
