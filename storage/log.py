@@ -95,7 +95,7 @@ class Log:
         ensure_writable_directory(directory)
         self.epoch_cache = LeaderEpochCache(self._path(CHECKPOINT_FILE))
         self.segments, self.recovery_report, checkpointed_start = load_segments(
-            directory, self.make_segment, self._on_recovered_batch
+            directory, self.make_segment, self._on_recovered_batch, not self.config.compact
         )
         if not self.segments:
             self.segments.append(self.make_segment(checkpointed_start or 0, ""))

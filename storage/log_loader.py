@@ -57,12 +57,12 @@ class RecoveryReport:
         if not (self.dropped_data or self.indexes_rebuilt or self.problems):
             state = "clean" if self.clean_shutdown else "unclean, nothing lost"
             return f"opened ({state}; {self.segments_checked} segments checked)"
-        return (
+        text = (
             f"recovered after {'a clean' if self.clean_shutdown else 'an unclean'} shutdown: "
             f"{self.bytes_truncated} bytes truncated, {len(self.segments_deleted)} segments "
-            f"deleted, {len(self.indexes_rebuilt)} indexes rebuilt; "
-            + "; ".join(self.problems)
+            f"deleted, {len(self.indexes_rebuilt)} indexes rebuilt"
         )
+        return "; ".join([text, *self.problems])
 
 
 def ensure_writable_directory(directory: str) -> None:
@@ -123,13 +123,15 @@ def load_segments(
     directory: str,
     make_segment: Callable[[int, str], Segment],
     on_recovered_batch: Callable[[rb.BatchHeader], None],
+    contiguous: bool,
 ) -> tuple[list[Segment], RecoveryReport, int | None]:
     """Open every segment of ``directory`` (which must exist), recovering those that may be
     torn.
 
     Returns (segments in offset order, report, checkpointed log start offset or None).
     ``on_recovered_batch`` sees each batch header re-read during recovery, in order, so the
-    caller can rebuild state (leader epochs) derived from them.
+    caller can rebuild state (leader epochs) derived from them. ``contiguous`` says the log is
+    never compacted, so its batches must follow each other without gaps.
     """
     complete_interrupted_swaps(directory, make_segment)
     marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
@@ -160,7 +162,9 @@ def load_segments(
             if segment.load():
                 report.indexes_rebuilt.append(segment.offset_index.path)
         else:
-            result = segment.recover(verify=True, on_batch=on_recovered_batch)
+            result = segment.recover(
+                verify=True, on_batch=on_recovered_batch, contiguous=contiguous
+            )
             segment.flush(force=True)
             report.batches_checked += result.batches
             report.indexes_rebuilt.append(segment.offset_index.path)

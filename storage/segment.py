@@ -116,11 +116,17 @@ class Segment:
         self.recover(verify=False)
 
     def recover(
-        self, verify: bool = True, on_batch: Callable[[rb.BatchHeader], None] | None = None
+        self,
+        verify: bool = True,
+        on_batch: Callable[[rb.BatchHeader], None] | None = None,
+        contiguous: bool = False,
     ) -> RecoveryResult:
         """Walk every batch (checking CRCs when ``verify``), rebuild both indexes, and cut the
         log at the first batch that is torn or corrupt; ``on_batch`` sees each valid header.
-        Returns what was found."""
+
+        The base offset sits outside the CRC. Offsets never go backwards in any log, and with
+        ``contiguous`` (a log that is never compacted) each batch must start exactly where the
+        previous one ended, so a damaged base offset is caught too. Returns what was found."""
         self.offset_index.reset()
         self.time_index.reset()
         self.next_offset = self.base_offset
@@ -134,10 +140,12 @@ class Segment:
         reason = None
         try:
             for position, header, _ in self.iter_batches(0, verify=verify):
-                if header.base_offset < self.next_offset:
+                if header.base_offset < self.next_offset or (
+                    contiguous and header.base_offset != self.next_offset
+                ):
                     raise CorruptRecord(
                         f"batch at byte {position} has base offset {header.base_offset}, "
-                        f"below the previous batch's next offset {self.next_offset}"
+                        f"expected {'' if contiguous else 'at least '}{self.next_offset}"
                     )
                 self._index_batch(position, header)
                 if on_batch is not None:
@@ -274,7 +282,8 @@ class Segment:
     def read(self, position: int, max_bytes: int, max_offset: int | None = None) -> memoryview:
         """Whole batches from ``position``: at most ``max_bytes`` (but always the first batch,
         so a consumer makes progress), none whose base offset is at or past ``max_offset``."""
-        data = memoryview(self.read_at(position, min(max_bytes, self.size - position)))
+        want = max(max_bytes, rb.LENGTH_PREFIX_SIZE)  # enough to see the first batch's size
+        data = memoryview(self.read_at(position, min(want, self.size - position)))
         cut = 0
         while cut + rb.LENGTH_PREFIX_SIZE <= len(data):
             base, length = rb.LENGTH_PREFIX.unpack_from(data, cut)

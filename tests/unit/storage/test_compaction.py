@@ -1,0 +1,115 @@
+"""Compaction keeps the latest record per key, keeps offsets and drops old tombstones."""
+
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rafka.storage import Log, LogConfig
+from rafka.storage import record_batch as rb
+from rafka.storage.compaction import compact, dirty_ratio
+from rafka.storage.segment import SWAP_SUFFIX
+
+from .support import FakeClock, batch, read_all
+
+DAY = 86_400_000
+COMPACT = {"cleanup.policy": "compact", "segment.bytes": 600}
+
+
+@given(st.lists(st.tuples(st.integers(0, 8), st.one_of(st.none(), st.binary(max_size=30))),
+                min_size=1, max_size=80),
+       st.sampled_from(list(rb.Codec)))
+@settings(max_examples=40)
+def test_compaction_keeps_exactly_the_latest_value_per_key_in_offset_order(
+        tmp_path_factory, writes, codec):
+    """After a pass, the cleaned range holds one record per key, its latest, at its offset."""
+    clock = FakeClock()
+    log = Log(str(tmp_path_factory.mktemp("c") / "t-0"), LogConfig.from_dict(
+        {**COMPACT, "delete.retention.ms": DAY}), clock)
+    for i in range(0, len(writes), 3):
+        chunk = writes[i:i + 3]
+        log.append_as_leader(batch([v for _, v in chunk], [k for k, _ in chunk],
+                                   timestamp=clock.now, codec=codec), leader_epoch=0)
+    log.roll()
+    before = read_all(log)
+    compact(log, clock.now, force=True)
+    after = read_all(log)
+    latest = {}
+    for offset, key, value, _ in before:
+        latest[key] = (offset, key, value)
+    assert [(o, k, v) for o, k, v, _ in after] == sorted(latest.values())
+    assert log.log_end_offset == len(writes)
+    log.close()
+
+
+def test_tombstones_stay_for_delete_retention_ms_then_go(open_log, clock):
+    """A tombstone hides its key's older values and is itself removed after delete.retention.ms."""
+    log = open_log({**COMPACT, "delete.retention.ms": DAY})
+    log.append_as_leader(batch([b"v1", b"w1"], [b"k", b"j"], timestamp=clock.now), leader_epoch=0)
+    log.append_as_leader(batch([None], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    compact(log, clock.now, force=True)
+    assert [(k, v) for _, k, v, _ in read_all(log)] == [(b"j", b"w1"), (b"k", None)]
+    clock.advance(DAY + 1)
+    result = compact(log, clock.now, force=True)
+    assert result.tombstones_dropped == 1
+    assert [(k, v) for _, k, v, _ in read_all(log)] == [(b"j", b"w1")]
+
+
+def test_active_segment_and_recent_records_are_not_compacted(open_log, clock):
+    """Records in the active segment and younger than min.compaction.lag.ms stay."""
+    log = open_log({**COMPACT, "min.compaction.lag.ms": 1000})
+    log.append_as_leader(batch([b"a", b"b"], [b"k", b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    log.append_as_leader(batch([b"c", b"d"], [b"k", b"k"], timestamp=clock.now), leader_epoch=0)
+    compact(log, clock.now, force=True)
+    assert len(read_all(log)) == 4
+    clock.advance(1000)
+    compact(log, clock.now, force=True)
+    assert [v for _, _, v, _ in read_all(log)] == [b"b", b"c", b"d"]
+
+
+def test_compacted_log_reopens_and_appends_after_its_end(open_log, clock):
+    """A compacted log keeps its end offset through a restart and appends continue from it."""
+    log = open_log(COMPACT)
+    for i in range(20):
+        log.append_as_leader(batch([str(i)], [str(i % 3)], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    compact(log, clock.now, force=True)
+    log.close()
+    again = open_log(COMPACT)
+    assert [k for _, k, _, _ in read_all(again)] == [b"2", b"0", b"1"]
+    assert again.append_as_leader(batch([b"x"], [b"0"]), leader_epoch=0).first_offset == 20
+
+
+def test_dirty_ratio_gates_compaction(open_log, clock):
+    """Without force, a pass runs only when the uncleaned share reaches the configured ratio."""
+    log = open_log({**COMPACT, "min.cleanable.dirty.ratio": 0.9})
+    for i in range(20):
+        log.append_as_leader(batch([str(i)], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    assert dirty_ratio(log) == 1.0
+    assert compact(log, clock.now).segments_in > 0
+    assert dirty_ratio(log) == 0.0
+    assert compact(log, clock.now).segments_in == 0
+
+
+def test_crash_after_swap_is_finished_on_open(open_log, clock):
+    """A finished .swap segment left by a crash replaces its inputs when the log reopens."""
+    log = open_log(COMPACT)
+    for i in range(12):
+        log.append_as_leader(batch([str(i)], [str(i % 2)], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    expected = None
+    # Build the compacted output by hand and stop before the inputs are replaced.
+    from rafka.storage import compaction
+    real_replace = log.replace_segments
+    log.replace_segments = lambda old, new: None
+    compaction.compact(log, clock.now, force=True)
+    log.replace_segments = real_replace
+    assert any(n.endswith(".log" + SWAP_SUFFIX) for n in os.listdir(log.directory))
+    log.abandon()
+    again = open_log(COMPACT)
+    expected = [(b"0", b"10"), (b"1", b"11")]
+    assert [(k, v) for _, k, v, _ in read_all(again)] == expected
+    assert not any(n.endswith(SWAP_SUFFIX) for n in os.listdir(again.directory))

@@ -1,0 +1,129 @@
+"""Idempotent producers: duplicates answered with original offsets, gaps and fencing refused."""
+
+import os
+
+import pytest
+
+from rafka.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
+
+from .support import batch, read_all
+
+
+def pbatch(values, pid=7, epoch=0, seq=0):
+    return batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def test_retried_batch_is_written_once_and_answered_with_original_offsets(open_log):
+    """A batch repeated after a lost answer returns its first offsets and writes nothing."""
+    log = open_log()
+    first = log.append_as_leader(pbatch([1, 2, 3], seq=0), leader_epoch=0)
+    log.append_as_leader(pbatch([4], seq=3), leader_epoch=0)
+    again = log.append_as_leader(pbatch([1, 2, 3], seq=0), leader_epoch=0)
+    assert again.duplicate
+    assert (again.first_offset, again.last_offset) == (first.first_offset, first.last_offset)
+    assert log.log_end_offset == 4
+
+
+def test_only_the_last_five_batches_are_remembered(open_log):
+    """A retry older than the producer's last five batches is a sequence error, not a duplicate."""
+    log = open_log()
+    for i in range(6):
+        log.append_as_leader(pbatch([i], seq=i), leader_epoch=0)
+    assert log.append_as_leader(pbatch([1], seq=1), leader_epoch=0).duplicate
+    with pytest.raises(OutOfOrderSequence):
+        log.append_as_leader(pbatch([0], seq=0), leader_epoch=0)
+
+
+def test_sequence_gap_raises_out_of_order_sequence(open_log):
+    """A batch that skips sequences is refused, saying which sequence was expected."""
+    log = open_log()
+    log.append_as_leader(pbatch([1, 2], seq=0), leader_epoch=0)
+    with pytest.raises(OutOfOrderSequence, match="sent sequence 5, expected 2"):
+        log.append_as_leader(pbatch([3], seq=5), leader_epoch=0)
+    assert log.log_end_offset == 2
+
+
+def test_older_epoch_is_fenced_and_newer_epoch_restarts_at_zero(open_log):
+    """A bumped epoch must start at sequence 0; the old epoch is then fenced."""
+    log = open_log()
+    log.append_as_leader(pbatch([1], epoch=1, seq=0), leader_epoch=0)
+    with pytest.raises(OutOfOrderSequence, match="new epoch starts at sequence 0"):
+        log.append_as_leader(pbatch([2], epoch=2, seq=4), leader_epoch=0)
+    log.append_as_leader(pbatch([2], epoch=2, seq=0), leader_epoch=0)
+    with pytest.raises(InvalidProducerEpoch, match="fenced"):
+        log.append_as_leader(pbatch([3], epoch=1, seq=1), leader_epoch=0)
+
+
+def test_producers_are_independent(open_log):
+    """Sequences are tracked per producer id."""
+    log = open_log()
+    log.append_as_leader(pbatch([1], pid=1, seq=0), leader_epoch=0)
+    log.append_as_leader(pbatch([2], pid=2, seq=0), leader_epoch=0)
+    log.append_as_leader(pbatch([3], pid=1, seq=1), leader_epoch=0)
+    assert log.log_end_offset == 3
+
+
+def test_idempotent_batches_must_come_alone(open_log):
+    """Two idempotent batches in one append are refused (one batch per partition per request)."""
+    log = open_log()
+    with pytest.raises(InvalidRecord, match="alone"):
+        log.append_as_leader(pbatch([1], seq=0) + pbatch([2], seq=1), leader_epoch=0)
+
+
+def test_producer_state_survives_a_clean_restart(open_log):
+    """After close and reopen, a retried batch is still recognised as a duplicate."""
+    log = open_log()
+    log.append_as_leader(pbatch([1, 2], seq=0), leader_epoch=0)
+    log.close()
+    again = open_log()
+    assert again.append_as_leader(pbatch([1, 2], seq=0), leader_epoch=0).duplicate
+    with pytest.raises(OutOfOrderSequence):
+        again.append_as_leader(pbatch([3], seq=9), leader_epoch=0)
+
+
+def test_producer_state_survives_a_crash_by_replaying_the_log(open_log):
+    """Without a snapshot at the log end, state is rebuilt from batch headers on open."""
+    log = open_log({"segment.bytes": 400})
+    for i in range(10):
+        log.append_as_leader(pbatch([i], seq=i), leader_epoch=0)
+    log.flush()
+    log.abandon()  # no close: the newest snapshot is behind the log end
+    again = open_log({"segment.bytes": 400})
+    assert again.append_as_leader(pbatch([9], seq=9), leader_epoch=0).duplicate
+    assert again.append_as_leader(pbatch([10], seq=10), leader_epoch=0).first_offset == 10
+
+
+def test_corrupt_snapshot_is_discarded_and_state_replayed(open_log):
+    """A snapshot that fails its CRC is deleted; the log rebuilds the state from its batches."""
+    log = open_log()
+    log.append_as_leader(pbatch([1], seq=0), leader_epoch=0)
+    log.close()
+    [snap] = [n for n in os.listdir(log.directory) if n.endswith(".snapshot")]
+    path = os.path.join(log.directory, snap)
+    data = bytearray(open(path, "rb").read())
+    data[-1] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    again = open_log()
+    assert again.append_as_leader(pbatch([1], seq=0), leader_epoch=0).duplicate
+
+
+def test_truncation_rewinds_producer_state(open_log):
+    """After truncating a producer's last batch, its sequence continues from the one before."""
+    log = open_log()
+    log.append_as_leader(pbatch([1], seq=0), leader_epoch=0)
+    log.append_as_leader(pbatch([2], seq=1), leader_epoch=0)
+    log.truncate_to(1)
+    assert log.append_as_leader(pbatch([2], seq=1), leader_epoch=0).first_offset == 1
+    assert [r[2] for r in read_all(log)] == [b"1", b"2"]
+
+
+def test_expired_producers_are_forgotten_at_roll(open_log, clock):
+    """A producer idle past producer.id.expiration.ms loses its state (any sequence accepted)."""
+    log = open_log({"producer.id.expiration.ms": 1000})
+    log.append_as_leader(batch([1], producer_id=3, producer_epoch=0, base_sequence=0,
+                               timestamp=clock.now), leader_epoch=0)
+    clock.advance(5000)
+    log.roll()
+    assert 3 not in log.producer_state.producers
+    log.append_as_leader(batch([2], producer_id=3, producer_epoch=0, base_sequence=50,
+                               timestamp=clock.now), leader_epoch=0)

@@ -1,0 +1,17 @@
+"""Imports point down only: the storage engine and the decision layer never load Ray."""
+
+import subprocess
+import sys
+
+
+def test_storage_and_cluster_import_without_ray():
+    """Importing rafka, rafka.storage (every module) and rafka.cluster leaves Ray unloaded."""
+    code = (
+        "import sys, pkgutil, importlib, rafka, rafka.storage, rafka.cluster\n"
+        "for pkg in (rafka.storage, rafka.cluster):\n"
+        "    for m in pkgutil.iter_modules(pkg.__path__):\n"
+        "        importlib.import_module(pkg.__name__ + '.' + m.name)\n"
+        "heavy = [m for m in ('ray', 'pyspark', 'pandas', 'pyarrow') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
