@@ -89,7 +89,7 @@ def test_crash_damage_is_cut_to_a_valid_prefix_keeping_every_flushed_batch(
         data = bytearray(open(path, "rb").read())
         data[pos] ^= 1 << rng.randint(0, 7)
         open(path, "wb").write(bytes(data))
-        damaged_at = pos + 1
+        damaged_at = pos  # first damaged byte: batches ending at or before it survive
     damaged_size = os.path.getsize(path)
 
     log = Log(directory, LogConfig.from_dict(CONFIG), FakeClock())
