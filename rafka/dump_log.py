@@ -78,6 +78,7 @@ class Summary:
     problems: int = 0
 
     def count(self, event: Event) -> None:
+        """Add one event to the totals."""
         kind = event["type"]
         if kind == "file":
             self.files += 1
@@ -89,6 +90,7 @@ class Summary:
             self.problems += 1
 
     def event(self) -> Event:
+        """The totals as a ``summary`` event."""
         return {"type": "summary", **dataclasses.asdict(self)}
 
 
@@ -141,11 +143,11 @@ def dump_targets(targets: Sequence[Target], options: DumpOptions) -> Iterator[Ev
 
 def dump_segment(
     target: Target, options: DumpOptions, expected: int | None = None
-) -> Generator[Event, None, int | None]:
+) -> Generator[Event, None, int]:
     """Events for a .log file: each batch (and its records), and each problem: a CRC
     mismatch, an unknown codec, a base offset below the previous batch's next offset (or
     below ``expected``, the previous segment's next offset, or the file's base offset), a
-    torn or garbled tail. Returns the next offset after the last batch."""
+    torn or garbled tail. Returns the offset the next segment's batches must reach."""
     with open(target.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         yield _file_event(target, size)
@@ -159,18 +161,17 @@ def dump_segment(
             position = 0
             while position < size:
                 try:
-                    header = rb.read_header(buf, position)
+                    header = rb.read_header(buf, position, check_codec=False)
                 except CorruptRecord as e:
-                    failure = _unreadable_batch(buf, position, e)
-                    yield _problem(target, failure)
+                    yield _problem(target, _unreadable_batch(buf, position, e))
                     break
-                problems = _batch_problems(buf, position, header, expected, floor)
-                valid = not any(crc_failure for crc_failure, _ in problems)
-                yield _batch_event(position, header, valid)
-                for _, message in problems:
+                yield from _batch_events(target, buf, position, header, options)
+                if header.base_offset < expected:
+                    message = (
+                        f"batch at byte {position} has base offset {header.base_offset}, "
+                        f"below {expected}, {floor}; offsets must increase"
+                    )
                     yield _problem(target, message)
-                if options.print_records and not problems:
-                    yield from _record_events(target, buf, position, header, options.max_bytes)
                 expected, floor = header.next_offset, "the previous batch's next offset"
                 position += header.size
     return expected
@@ -188,26 +189,28 @@ def _unreadable_batch(buf: mmap.mmap, position: int, error: CorruptRecord) -> st
     return f"corrupt batch: {error}; the last {left} bytes were not read"
 
 
-def _batch_problems(
-    buf: mmap.mmap, position: int, header: rb.BatchHeader, expected: int, floor: str
-) -> list[tuple[bool, str]]:
-    """(is a CRC failure, message) for each thing wrong with a readable batch."""
-    problems = []
+def _batch_events(
+    target: Target, buf: mmap.mmap, position: int, header: rb.BatchHeader, options: DumpOptions
+) -> Iterator[Event]:
+    """The batch event, its CRC and codec problems, and (when asked for and readable) its
+    records."""
     try:
-        rb.verify_batch(buf, position)
+        rb.verify_batch(buf, position, check_codec=False)
+        crc_error = None
     except CorruptRecord as e:
-        problems.append((True, str(e)))
-    if _codec_name(header).startswith("unknown"):
-        problems.append(
-            (False, f"batch at byte {position} (base offset {header.base_offset}) has "
-                    f"{_codec_name(header)} codec; its records cannot be decoded")
-        )  # fmt: skip
-    if header.base_offset < expected:
-        problems.append(
-            (False, f"batch at byte {position} has base offset {header.base_offset}, below "
-                    f"{expected}, {floor}; offsets must increase")
-        )  # fmt: skip
-    return problems
+        crc_error = str(e)
+    codec = _codec_name(header)
+    yield _batch_event(position, header, codec, valid=crc_error is None)
+    if crc_error is not None:
+        yield _problem(target, crc_error)
+    if codec.startswith("unknown"):
+        message = (
+            f"batch at byte {position} (base offset {header.base_offset}) has {codec} codec; "
+            "its records cannot be decoded"
+        )
+        yield _problem(target, message)
+    elif options.print_records and crc_error is None:
+        yield from _record_events(target, buf, position, header, options.max_bytes)
 
 
 def _record_events(
@@ -216,12 +219,7 @@ def _record_events(
     try:
         records = rb.decode_records(buf, position, verify=False)
     except CorruptRecord as e:
-        failure = f"records of batch at byte {position} cannot be decoded: {e}"
-    else:
-        failure = None
-    # Yielded outside the except clause, so no traceback pins a view of the mmap meanwhile.
-    if failure is not None:
-        yield _problem(target, failure)
+        yield _problem(target, f"records of batch at byte {position} cannot be decoded: {e}")
         return
     count = len(records)
     keys = records.keys or [None] * count
@@ -230,24 +228,26 @@ def _record_events(
         records.offsets, records.timestamps, keys, records.values, headers
     ):
         if header.is_control:
-            try:
-                control_type, coordinator_epoch = rb.parse_control_record(key or b"", value or b"")
-            except CorruptRecord as e:
-                failure = f"control record at offset {offset}: {e}"
-            if failure is not None:
-                yield _problem(target, failure)
-                failure = None
-                continue
-            yield {
-                "type": "record", "offset": offset, "timestamp": timestamp,
-                "control_type": control_type.name, "coordinator_epoch": coordinator_epoch,
-            }  # fmt: skip
+            yield _control_record_event(target, offset, timestamp, key, value)
         else:
             yield {
                 "type": "record", "offset": offset, "timestamp": timestamp,
                 "key": show_bytes(key, max_bytes), "value": show_bytes(value, max_bytes),
                 "headers": [[k, show_bytes(v, max_bytes)] for k, v in record_headers or ()],
             }  # fmt: skip
+
+
+def _control_record_event(
+    target: Target, offset: int, timestamp: int, key: bytes | None, value: bytes | None
+) -> Event:
+    try:
+        control_type, coordinator_epoch = rb.parse_control_record(key or b"", value or b"")
+    except CorruptRecord as e:
+        return _problem(target, f"control record at offset {offset}: {e}")
+    return {
+        "type": "record", "offset": offset, "timestamp": timestamp,
+        "control_type": control_type.name, "coordinator_epoch": coordinator_epoch,
+    }  # fmt: skip
 
 
 def dump_offset_index(target: Target) -> Iterator[Event]:
@@ -264,20 +264,22 @@ def dump_offset_index(target: Target) -> Iterator[Event]:
         offset = target.base_offset + relative
         yield {"type": "offset_index_entry", "offset": offset, "position": position}
         if previous is not None and (offset <= previous[0] or position <= previous[1]):
-            yield _problem(
-                target, f"entry {i} ({offset} -> {position}) does not follow entry {i - 1} "
-                        f"({previous[0]} -> {previous[1]}); offsets and positions must increase"
-            )  # fmt: skip
+            message = (
+                f"entry {i} ({offset} -> {position}) does not follow entry {i - 1} "
+                f"({previous[0]} -> {previous[1]}); offsets and positions must increase"
+            )
+            yield _problem(target, message)
         if bases is not None and bases.get(position) != offset:
             found = (
                 f"the base offset there is {bases[position]}"
                 if position in bases
                 else "the log is shorter than that"
             )
-            yield _problem(
-                target, f"entry {i} says the batch with base offset {offset} starts at byte "
-                        f"{position} of {os.path.basename(log_path)}, but {found}"
-            )  # fmt: skip
+            message = (
+                f"entry {i} says the batch with base offset {offset} starts at byte {position} "
+                f"of {os.path.basename(log_path)}, but {found}"
+            )
+            yield _problem(target, message)
         previous = offset, position
     yield from _torn_entry(target, data, OffsetIndex.entry.size)
 
@@ -294,11 +296,12 @@ def dump_time_index(target: Target) -> Iterator[Event]:
         offset = target.base_offset + relative
         yield {"type": "time_index_entry", "timestamp": timestamp, "offset": offset}
         if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
-            yield _problem(
-                target, f"entry {i} ({timestamp} -> {offset}) does not follow entry {i - 1} "
-                        f"({previous[0]} -> {previous[1]}); timestamps must increase and "
-                        "offsets must not go back"
-            )  # fmt: skip
+            message = (
+                f"entry {i} ({timestamp} -> {offset}) does not follow entry {i - 1} "
+                f"({previous[0]} -> {previous[1]}); timestamps must increase and offsets must "
+                "not go back"
+            )
+            yield _problem(target, message)
         previous = timestamp, offset
     yield from _torn_entry(target, data, TimeIndex.entry.size)
 
@@ -354,7 +357,7 @@ def _codec_name(header: rb.BatchHeader) -> str:
         return f"unknown ({header.attributes & 0x07})"
 
 
-def _batch_event(position: int, header: rb.BatchHeader, valid: bool) -> Event:
+def _batch_event(position: int, header: rb.BatchHeader, codec: str, valid: bool) -> Event:
     return {
         "type": "batch",
         "position": position,
@@ -362,7 +365,7 @@ def _batch_event(position: int, header: rb.BatchHeader, valid: bool) -> Event:
         "last_offset": header.last_offset,
         "record_count": header.record_count,
         "size": header.size,
-        "codec": _codec_name(header),
+        "codec": codec,
         "leader_epoch": header.partition_leader_epoch,
         "producer_id": header.producer_id,
         "producer_epoch": header.producer_epoch,
@@ -436,16 +439,21 @@ def run(
     except UsageError as e:
         err.write(f"rafka dump-log: {e}\n")
         return 2
+    except OSError as e:
+        err.write(f"rafka dump-log: cannot read {e.filename}: {e.strerror}\n")
+        return 1
     render = json.dumps if as_json else format_text
     summary = Summary()
-    try:
-        for targets in groups:
+    for path, targets in zip(paths, groups):
+        try:
             for event in dump_targets(targets, options):
                 summary.count(event)
                 out.write(render(event) + "\n")
-    except OSError as e:
-        err.write(f"rafka dump-log: cannot read {e.filename or ''}: {e.strerror or e}\n")
-        return 1
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            err.write(f"rafka dump-log: cannot read {e.filename or path}: {e.strerror or e}\n")
+            return 1
     if verify:
         out.write(render(summary.event()) + "\n")
         return 1 if summary.problems else 0

@@ -191,7 +191,8 @@ class Log:
         """
         view = memoryview(records).cast("B")
         batches = self._validate(view, allow_control)
-        idempotent = [h for _, h in batches if h.has_producer_id]
+        # Transaction markers carry a producer id but no sequence: only data batches are checked.
+        idempotent = [h for _, h in batches if h.has_producer_id and not h.is_control]
         if idempotent:
             if len(batches) != 1:
                 raise InvalidRecord(

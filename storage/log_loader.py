@@ -42,6 +42,7 @@ class RecoveryReport:
     """What opening a log found and changed. Empty lists and zeros mean nothing was wrong."""
 
     clean_shutdown: bool
+    created: bool = False  # the directory held no segments: a new, empty log
     segments_checked: int = 0
     batches_checked: int = 0
     bytes_truncated: int = 0
@@ -54,6 +55,8 @@ class RecoveryReport:
         return bool(self.bytes_truncated or self.segments_deleted)
 
     def summary(self) -> str:
+        if self.created:
+            return "created a new, empty log"
         if not (self.dropped_data or self.indexes_rebuilt or self.problems):
             state = "clean" if self.clean_shutdown else "unclean, nothing lost"
             return f"opened ({state}; {self.segments_checked} segments checked)"
@@ -143,6 +146,7 @@ def load_segments(
     bases = sorted(
         b for b in (_base_offset_of(n, LOG_SUFFIX) for n in os.listdir(directory)) if b is not None
     )
+    report.created = not bases
     segments = [make_segment(base, "") for base in bases]
     # The first segment that may hold unflushed data: the one containing the recovery point.
     first_unflushed = 0

@@ -103,6 +103,9 @@ class Codec(enum.IntEnum):
             ) from None
 
 
+_KNOWN_CODECS = frozenset(int(c) for c in Codec)
+
+
 class TimestampType(enum.IntEnum):
     CREATE_TIME = 0
     LOG_APPEND_TIME = 1
@@ -351,7 +354,7 @@ def parse_control_record(key: bytes, value: bytes) -> tuple[ControlType, int]:
         _version, kind = struct.unpack(">hh", key)
         _version, coordinator_epoch = struct.unpack(">hi", value)
         return ControlType(kind), coordinator_epoch
-    except (struct.error, ValueError) as e:
+    except (struct.error, ValueError, TypeError) as e:
         raise CorruptRecord(f"malformed control record key={key!r} value={value!r}") from e
 
 
@@ -408,9 +411,10 @@ def recompress(batch, codec: Codec) -> bytes:
 # reading
 
 
-def read_header(buf, pos: int = 0) -> BatchHeader:
-    """Unpack the header at ``pos`` and check that the buffer holds the whole batch and that
-    the magic byte is right. Does not check the CRC (see :func:`verify_batch`)."""
+def read_header(buf, pos: int = 0, check_codec: bool = True) -> BatchHeader:
+    """Unpack the header at ``pos`` and check that the buffer holds the whole batch, that the
+    magic byte is right and (unless a diagnostic tool asks not to) that the codec is known.
+    Does not check the CRC (see :func:`verify_batch`)."""
     available = len(buf) - pos
     if available < HEADER_SIZE:
         raise CorruptRecord(
@@ -428,6 +432,11 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
         raise CorruptRecord(
             f"truncated batch at byte {pos}: it declares {header.size} bytes, {available} are left"
         )
+    if check_codec and header.attributes & _CODEC_MASK not in _KNOWN_CODECS:
+        raise UnsupportedCompressionType(
+            f"batch at byte {pos} names compression codec {header.attributes & _CODEC_MASK}; "
+            "rafka knows 0 (none), 1 (gzip), 3 (lz4) and 4 (zstd)"
+        )
     if header.last_offset_delta < 0 or header.record_count < 0:
         raise CorruptRecord(
             f"batch at byte {pos} has last_offset_delta {header.last_offset_delta} and "
@@ -436,9 +445,9 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
     return header
 
 
-def verify_batch(buf, pos: int = 0) -> BatchHeader:
-    """Check length, magic and CRC32C of the batch at ``pos``; return its header."""
-    header = read_header(buf, pos)
+def verify_batch(buf, pos: int = 0, check_codec: bool = True) -> BatchHeader:
+    """Check length, magic, codec and CRC32C of the batch at ``pos``; return its header."""
+    header = read_header(buf, pos, check_codec)
     actual = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_POS : pos + header.size])
     if actual != header.crc:
         raise CorruptRecord(
@@ -482,29 +491,30 @@ def decode_records(buf, pos: int = 0, verify: bool = True) -> Records:
     section = decompress(header.codec, raw)
     try:
         offset_deltas, ts_deltas, keys, values, headers = msgpack.unpackb(section, use_list=True)
+        count = len(values)
+        base = header.base_offset
+        offsets = (
+            list(range(base, base + count))
+            if offset_deltas is None
+            else [base + d for d in offset_deltas]
+        )
+        first = header.first_timestamp
+        if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            timestamps = [header.max_timestamp] * count
+        elif ts_deltas is None:
+            timestamps = [first] * count
+        else:
+            timestamps = [first + d for d in ts_deltas]
+        if headers is not None:
+            headers = [None if h is None else [tuple(kv) for kv in h] for h in headers]
+        columns = [c for c in (offsets, timestamps, keys, headers) if c is not None]
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise CorruptRecord(
             f"records section of batch at base offset {header.base_offset} is malformed: {e}"
         ) from e
-    count = len(values)
-    if count != header.record_count:
+    if count != header.record_count or any(len(c) != count for c in columns):
         raise CorruptRecord(
             f"batch at base offset {header.base_offset} declares {header.record_count} records "
-            f"and holds {count}"
+            f"and its columns hold {[len(c) for c in columns]} and {count} values"
         )
-    base = header.base_offset
-    offsets = (
-        list(range(base, base + count))
-        if offset_deltas is None
-        else [base + d for d in offset_deltas]
-    )
-    first = header.first_timestamp
-    if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-        timestamps = [header.max_timestamp] * count
-    elif ts_deltas is None:
-        timestamps = [first] * count
-    else:
-        timestamps = [first + d for d in ts_deltas]
-    if headers is not None:
-        headers = [None if h is None else [tuple(kv) for kv in h] for h in headers]
     return Records(header, offsets, timestamps, keys, values, headers)

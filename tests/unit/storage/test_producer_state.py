@@ -127,3 +127,14 @@ def test_expired_producers_are_forgotten_at_roll(open_log, clock):
     assert 3 not in log.producer_state.producers
     log.append_as_leader(batch([2], producer_id=3, producer_epoch=0, base_sequence=50,
                                timestamp=clock.now), leader_epoch=0)
+
+
+def test_transaction_markers_are_not_sequence_checked(open_log):
+    """A commit marker after a producer's data batches is appended without a sequence error."""
+    from rafka.storage import record_batch as rb
+    log = open_log()
+    log.append_as_leader(pbatch([1], seq=0), leader_epoch=0)
+    marker = rb.encode_control_batch(rb.ControlType.COMMIT, producer_id=7, producer_epoch=0,
+                                     coordinator_epoch=0, timestamp=1)
+    assert log.append_as_leader(marker, leader_epoch=0, allow_control=True).first_offset == 1
+    assert log.append_as_leader(pbatch([2], seq=1), leader_epoch=0).first_offset == 2

@@ -161,3 +161,29 @@ def test_unknown_codec_name_says_which_are_allowed():
     """Asking for an unknown codec names the ones that exist."""
     with pytest.raises(UnsupportedCompressionType, match="none, gzip, lz4, zstd"):
         rb.Codec.from_name("snappy")
+
+
+def test_unknown_codec_bits_are_refused_when_reading_the_header():
+    """A batch naming codec 5 is refused up front with the codecs rafka knows."""
+    batch = bytearray(rb.encode_batch([b"a"]))
+    rb.ATTRIBUTES.pack_into(batch, rb.ATTRIBUTES_POS, 5)
+    with pytest.raises(UnsupportedCompressionType, match="codec 5"):
+        rb.read_header(batch)
+
+
+def test_wrongly_shaped_records_section_is_corrupt_not_a_crash():
+    """Valid msgpack in the wrong shape (with a valid CRC) raises CorruptRecord."""
+    import msgpack
+    for section in ([None, None, None, 5, None], [None, None, [b"k"], [b"a", b"b"], None]):
+        batch = rb.assemble_batch(
+            msgpack.packb(section), base_offset=0, partition_leader_epoch=-1, attributes=0,
+            last_offset_delta=0, first_timestamp=0, max_timestamp=0, producer_id=-1,
+            producer_epoch=-1, base_sequence=-1, record_count=1)
+        with pytest.raises(CorruptRecord):
+            rb.decode_records(batch)
+
+
+def test_missing_control_record_key_is_corrupt():
+    """A control record without a key raises CorruptRecord."""
+    with pytest.raises(CorruptRecord):
+        rb.parse_control_record(None, b"\0\0\0\0\0\0")
