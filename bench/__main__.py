@@ -14,9 +14,13 @@ BENCHMARKS = ("storage",)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    # No `choices=`: with nargs="*" argparse (before 3.12) rejects the empty default.
-    parser.add_argument("names", nargs="*", metavar="name", help=f"one of {', '.join(BENCHMARKS)}")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="Run rafka's benchmarks (all when none is named)."
+    )
+    # No `choices=`: with nargs="*", argparse before 3.12 rejects the empty default.
+    parser.add_argument(
+        "names", nargs="*", metavar="name", help=f"benchmarks to run: {', '.join(BENCHMARKS)}"
+    )
     modules: dict[str, ModuleType] = {}
     for name in BENCHMARKS:
         modules[name] = importlib.import_module(f"bench.{name}")
