@@ -82,7 +82,8 @@ class _IndexFile:
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        # Called on every append: an index that was never loaded has not grown either.
+        return self._keys is not None and len(self._keys) >= self.max_entries
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""

@@ -30,7 +30,7 @@ from rafka.errors import (
 )
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import read_offset, write_atomically, write_offset
-from rafka.storage.config import LogConfig
+from rafka.storage.config import LONG_MAX, LogConfig
 from rafka.storage.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
 from rafka.storage.log_loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -140,8 +140,11 @@ class Log:
         """Load the newest snapshot at or below the log end and replay headers after it."""
         start = self.producer_state.load_latest_snapshot(self.log_end_offset)
         start = self.log_start_offset if start is None else start
+        if start >= self.log_end_offset:
+            return
         for segment in self.segments[max(self._segment_index(start), 0) :]:
-            for _, header in segment.iter_headers(0):
+            _, position = segment.offset_index.lookup(start)
+            for _, header in segment.iter_headers(position):
                 if header.base_offset >= start:
                     self.producer_state.update(header)
 
@@ -303,10 +306,9 @@ class Log:
             self.producer_state.update(header)
         self.log_end_offset = segment.next_offset
         self._unflushed_messages += sum(h.record_count for h in headers)
-        now = self.clock()
-        if (
-            self._unflushed_messages >= self.config.flush_messages
-            or now - self._last_flush_ms >= self.config.flush_ms
+        if self._unflushed_messages >= self.config.flush_messages or (
+            self.config.flush_ms != LONG_MAX
+            and self.clock() - self._last_flush_ms >= self.config.flush_ms
         ):
             self.flush()
 
@@ -492,7 +494,9 @@ class Log:
         write_offset(self._path(HIGH_WATERMARK_FILE), self.high_watermark)
 
     def close(self) -> None:
-        """Flush, checkpoint and mark the shutdown clean, so the next open skips recovery."""
+        """Seal, flush, checkpoint and mark the shutdown clean, so the next open skips
+        recovery and reads only the tail of each segment."""
+        self.active_segment.seal()
         self.flush()
         write_offset(self._path(RECOVERY_POINT_FILE), self.recovery_point)
         self.checkpoint_high_watermark()

@@ -85,30 +85,31 @@ class Segment:
     # -- loading -------------------------------------------------------------------------------
 
     def load(self) -> bool:
-        """Open a segment that was shut down cleanly: trust the log, check the indexes against
-        it (rebuilding them when they disagree), and find the next offset and max timestamp.
+        """Open a segment that was sealed (rolled, or closed cleanly): trust the log, check the
+        indexes against it (rebuilding them when they disagree), and find the next offset and
+        max timestamp by reading only the batches after the last offset-index entry.
         Returns True when the indexes had to be rebuilt."""
         try:
             self.offset_index.sanity_check(self.size)
-            last_indexed_offset, position = self.offset_index.lookup(2**63 - 1)
-            last_header = None
-            for position, header in self.iter_headers(position):
-                last_header = header
-            if last_header is None and self.size:
+            indexed_offset, position = self.offset_index.lookup(2**63 - 1)
+            entry = self.time_index.last_entry
+            if entry is not None:
+                # Sealing wrote the segment's largest timestamp as the last time-index entry.
+                self.max_timestamp, self.offset_of_max_timestamp = entry
+            last = None
+            for _, last in self.iter_headers(position):
+                if last.base_offset < indexed_offset:
+                    raise IndexCorrupt(f"{self.offset_index.path} does not match the log")
+                self._observe_timestamp(last)
+            if position and last is None:
                 raise IndexCorrupt(f"{self.offset_index.path} points past the last batch")
-            self.next_offset = last_header.next_offset if last_header else self.base_offset
+            self.next_offset = last.next_offset if last else self.base_offset
             self.time_index.sanity_check(self.next_offset - 1)
         except (IndexCorrupt, CorruptRecord):
             self.rebuild_indexes()
             return True
         self.first_batch_timestamp = self._read_first_batch_timestamp()
-        entry = self.time_index.last_entry
-        if entry is None:
-            self._scan_max_timestamp(0)
-        else:
-            self.max_timestamp, self.offset_of_max_timestamp = entry
-            self._scan_max_timestamp(self.offset_index.lookup(entry[1])[1])
-        self._bytes_since_index_entry = self.size - self.offset_index.lookup(2**63 - 1)[1]
+        self._bytes_since_index_entry = self.size - position
         return False
 
     def rebuild_indexes(self) -> None:
@@ -165,10 +166,6 @@ class Segment:
         for _, header in self.iter_headers(0):
             return header.max_timestamp
         return None
-
-    def _scan_max_timestamp(self, position: int) -> None:
-        for _, header in self.iter_headers(position):
-            self._observe_timestamp(header)
 
     def _observe_timestamp(self, header: rb.BatchHeader) -> None:
         if header.max_timestamp > self.max_timestamp:
