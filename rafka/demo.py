@@ -40,11 +40,9 @@ def append_records(log: Log, count: int) -> float:
     first = log.log_end_offset
     for start in range(first, first + count, BATCH_RECORDS):
         n = min(BATCH_RECORDS, first + count - start)
-        log.append_as_leader(
-            rb.encode_batch([value_for(start + i) for i in range(n)], timestamps=int(time.time() * 1000),
-                            codec=rb.Codec.LZ4),
-            leader_epoch=0,
-        )
+        values = [value_for(start + i) for i in range(n)]
+        now_ms = int(time.time() * 1000)
+        log.append_as_leader(rb.encode_batch(values, timestamps=now_ms, codec=rb.Codec.LZ4), 0)
         if (start - first) % (BATCH_RECORDS * 200) == 0:
             progress("produce", start - first + n, count, started)
     log.flush()

@@ -132,7 +132,7 @@ def _clean_group(
             if header.is_control:
                 kept = bytes(batch)
             else:
-                kept = _filter_batch(batch, header, latest, tombstone_horizon, result)
+                kept = _filter_batch(batch, latest, tombstone_horizon, result)
             if kept is not None:
                 out.append([kept], [rb.read_header(kept)])
     out.seal()
@@ -144,7 +144,6 @@ def _clean_group(
 
 def _filter_batch(
     batch: memoryview,
-    header: rb.BatchHeader,
     latest: dict[bytes, int],
     tombstone_horizon: int,
     result: CompactionResult,
@@ -167,19 +166,4 @@ def _filter_batch(
         return bytes(batch)
     if not keep:
         return None
-    return rb.encode_batch(
-        [records.values[i] for i in keep],
-        None if records.keys is None else [records.keys[i] for i in keep],
-        [records.timestamps[i] for i in keep],
-        None if records.headers is None else [records.headers[i] for i in keep],
-        offset_deltas=[records.offsets[i] - header.base_offset for i in keep],
-        last_offset_delta=header.last_offset_delta,
-        base_offset=header.base_offset,
-        codec=header.codec,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        partition_leader_epoch=header.partition_leader_epoch,
-        is_transactional=header.is_transactional,
-        timestamp_type=header.timestamp_type,
-    )
+    return rb.reencode(records, keep)

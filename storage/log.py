@@ -217,7 +217,7 @@ class Log:
         for position, header in batches:
             batch = view[position : position + header.size]
             if target_codec is not None and header.codec is not target_codec:
-                batch = memoryview(rb.recompress(batch, target_codec))
+                batch = memoryview(rb.reencode(rb.decode_records(batch), codec=target_codec))
                 header = rb.read_header(batch)
             head = bytearray(batch[: rb.HEADER_SIZE])
             body = batch[rb.HEADER_SIZE :]

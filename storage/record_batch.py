@@ -382,21 +382,28 @@ def set_log_append_time(header: bytearray, records_section, timestamp: int) -> N
     CRC.pack_into(header, CRC_POS, crc)
 
 
-def recompress(batch, codec: Codec) -> bytes:
-    """Re-encode a batch's records with another codec, keeping every header field (used only
-    when a topic's compression.type names a codec other than the producer's)."""
-    records = decode_records(batch)
+def reencode(
+    records: "Records", keep: Sequence[int] | None = None, codec: Codec | None = None
+) -> bytes:
+    """Encode decoded ``records`` again (only the indices in ``keep``, when given; with
+    ``codec``, when given), keeping every header field, the records' offsets and the batch's
+    last offset. Used by compaction and by a topic whose compression.type differs from the
+    producer's; never on the ordinary append path."""
     h = records.header
-    first = h.first_timestamp
+    rows = range(len(records)) if keep is None else keep
+
+    def pick(column):
+        return None if column is None else [column[i] for i in rows]
+
     return encode_batch(
-        records.values,
-        records.keys,
-        records.timestamps if h.timestamp_type is TimestampType.CREATE_TIME else first,
-        records.headers,
-        offset_deltas=[o - h.base_offset for o in records.offsets],
+        pick(records.values),
+        pick(records.keys),
+        pick(records.timestamps),
+        pick(records.headers),
+        offset_deltas=[records.offsets[i] - h.base_offset for i in rows],
         last_offset_delta=h.last_offset_delta,
         base_offset=h.base_offset,
-        codec=codec,
+        codec=h.codec if codec is None else codec,
         producer_id=h.producer_id,
         producer_epoch=h.producer_epoch,
         base_sequence=h.base_sequence,

@@ -270,8 +270,8 @@ class Segment:
 
     def find_batch(self, offset: int) -> tuple[int, rb.BatchHeader] | None:
         """Position and header of the first batch holding ``offset`` or any later offset."""
-        _, position = self.offset_index.lookup(offset)
-        for position, header in self.iter_headers(position):
+        _, scan_from = self.offset_index.lookup(offset)
+        for position, header in self.iter_headers(scan_from):
             if header.last_offset >= offset:
                 return position, header
         return None
@@ -296,9 +296,8 @@ class Segment:
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, bytes] | None:
         """The first batch whose max timestamp is at or after ``timestamp``, as (position,
         batch bytes); the caller decodes it to find the record."""
-        start = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(start)
-        for position, header in self.iter_headers(position):
+        _, scan_from = self.offset_index.lookup(self.time_index.lookup(timestamp))
+        for position, header in self.iter_headers(scan_from):
             if header.max_timestamp >= timestamp:
                 return position, self.read_at(position, header.size)
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rafka.storage import Log, LogConfig
+from rafka.storage import Log
 from rafka.storage import record_batch as rb
 
 
