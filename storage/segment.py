@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from rafka.errors import CorruptRecord, KafkaStorageError
 from rafka.storage import record_batch as rb
+from rafka.storage.checkpoint import fsync_directory
 from rafka.storage.index import IndexCorrupt, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -389,6 +390,7 @@ class Segment:
             if os.path.exists(getattr(holder, attr)):
                 os.replace(getattr(holder, attr), target)
             setattr(holder, attr, target)
+        fsync_directory(self.directory)  # the rename is durable before any input is deleted
         self.suffix = suffix
 
     def __repr__(self) -> str:
