@@ -163,8 +163,13 @@ def load_segments(
             continue
         report.segments_checked += 1
         if clean or i < first_unflushed:
-            if segment.load():
+            rebuilt = segment.load()
+            if rebuilt is not None:
                 report.indexes_rebuilt.append(segment.offset_index.path)
+                if rebuilt.reason is not None:
+                    report.bytes_truncated += rebuilt.truncated_bytes
+                    report.problems.append(rebuilt.reason)
+                    cut = True
         else:
             result = segment.recover(
                 verify=True, on_batch=on_recovered_batch, contiguous=contiguous

@@ -85,11 +85,12 @@ class Segment:
 
     # -- loading -------------------------------------------------------------------------------
 
-    def load(self) -> bool:
+    def load(self) -> RecoveryResult | None:
         """Open a segment that was sealed (rolled, or closed cleanly): trust the log, check the
         indexes against it (rebuilding them when they disagree), and find the next offset and
         max timestamp by reading only the batches after the last offset-index entry.
-        Returns True when the indexes had to be rebuilt."""
+        Returns None when the indexes were sound, else what the rebuild found (a rebuild also
+        cuts a torn tail, which the result reports)."""
         try:
             self.offset_index.sanity_check(self.size)
             indexed_offset, position = self.offset_index.lookup(2**63 - 1)
@@ -98,24 +99,26 @@ class Segment:
                 # Sealing wrote the segment's largest timestamp as the last time-index entry.
                 self.max_timestamp, self.offset_of_max_timestamp = entry
             last = None
-            for _, last in self.iter_headers(position):
-                if last.base_offset < indexed_offset:
-                    raise IndexCorrupt(f"{self.offset_index.path} does not match the log")
+            for i, (_, last) in enumerate(self.iter_headers(position)):
+                if i == 0 and position and last.base_offset != indexed_offset:
+                    raise IndexCorrupt(
+                        f"{self.offset_index.path} maps offset {indexed_offset} to byte "
+                        f"{position}, where the batch at offset {last.base_offset} starts"
+                    )
+                self.next_offset = last.next_offset
                 self._observe_timestamp(last)
             if position and last is None:
                 raise IndexCorrupt(f"{self.offset_index.path} points past the last batch")
-            self.next_offset = last.next_offset if last else self.base_offset
             self.time_index.sanity_check(self.next_offset - 1)
         except (IndexCorrupt, CorruptRecord):
-            self.rebuild_indexes()
-            return True
+            return self.rebuild_indexes()
         self.first_batch_timestamp = self._read_first_batch_timestamp()
         self._bytes_since_index_entry = self.size - position
-        return False
+        return None
 
-    def rebuild_indexes(self) -> None:
+    def rebuild_indexes(self) -> RecoveryResult:
         """Rebuild both indexes by walking the (trusted) log."""
-        self.recover(verify=False)
+        return self.recover(verify=False)
 
     def recover(
         self,

@@ -180,3 +180,40 @@ def test_bit_rot_below_the_recovery_point_is_caught_by_the_reader(tmp_path):
     again = Log(directory)
     with pytest.raises(CorruptRecord, match="CRC mismatch"):
         rb.decode_records(again.read(0, 1000).records)
+
+
+def test_torn_tail_after_a_clean_shutdown_is_cut_and_reported(tmp_path):
+    """A segment damaged after a clean close is cut to its last whole batch, and the report
+    says how many bytes went."""
+    directory = str(tmp_path / "t-0")
+    config = LogConfig.from_dict({"index.interval.bytes": 50})
+    log = Log(directory, config)
+    for i in range(10):
+        log.append_as_leader(batch([b"v%d" % i]), leader_epoch=0)
+    log.close()
+    path = active_log_file(directory)
+    os.truncate(path, os.path.getsize(path) - 7)
+    open(os.path.join(directory, f"{0:020d}.index"), "wb").write(os.urandom(16))
+    again = Log(directory, config)
+    assert again.recovery_report.clean_shutdown
+    assert again.recovery_report.bytes_truncated > 0 and again.recovery_report.problems
+    assert [r[0] for r in read_all(again)] == list(range(9))
+
+
+def test_index_entry_pointing_at_another_batch_is_rebuilt(tmp_path):
+    """An offset-index entry that names a different batch than the one at its position is
+    detected on a clean open and the index rebuilt."""
+    directory = str(tmp_path / "t-0")
+    config = LogConfig.from_dict({"index.interval.bytes": 50})
+    log = Log(directory, config)
+    for i in range(10):
+        log.append_as_leader(batch([b"v%d" % i]), leader_epoch=0)
+    expected = read_all(log)
+    log.close()
+    index = os.path.join(directory, f"{0:020d}.index")
+    data = bytearray(open(index, "rb").read())
+    data[-8:-4] = (int.from_bytes(data[-8:-4], "big") + 1).to_bytes(4, "big")
+    open(index, "wb").write(bytes(data))
+    again = Log(directory, config)
+    assert again.recovery_report.indexes_rebuilt
+    assert read_all(again) == expected
