@@ -136,6 +136,69 @@ class GroupAuthorizationFailed(RafkaError):
     errno = 30
 
 
+class LeaderNotAvailable(RafkaError):
+    """The partition has no live leader right now (it is being created or moved)."""
+
+    errno = 5
+    retriable = True
+
+
+class RequestTimedOut(RafkaError):
+    """A request or a blocking client call did not finish within its time limit."""
+
+    errno = 7
+    retriable = True
+
+
+class BrokerNotAvailable(RafkaError):
+    """The cluster's services are not running, or a replica's actor cannot be reached."""
+
+    errno = 8
+    retriable = True
+
+
+class TopicAlreadyExists(RafkaError):
+    """A topic with that name exists already."""
+
+    errno = 36
+
+
+class InvalidPartitions(RafkaError):
+    """A partition count is not positive, or would shrink a topic."""
+
+    errno = 37
+
+
+class InvalidReplicationFactor(RafkaError):
+    """The replication factor is not positive or exceeds the number of brokers."""
+
+    errno = 38
+
+
+class IllegalState(RafkaError):
+    """A client was used in a state that does not allow the call (for example after close)."""
+
+
+_BY_ERRNO: dict[int, type[RafkaError]] = {}
+
+
+def error_class(errno: int) -> type[RafkaError]:
+    """The error class for a Kafka error code (RafkaError for unknown codes)."""
+    if not _BY_ERRNO:
+        for cls in _all_subclasses(RafkaError):
+            if cls.errno >= 0:
+                _BY_ERRNO.setdefault(cls.errno, cls)
+    return _BY_ERRNO.get(errno, RafkaError)
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
 __all__ = [
     "RafkaError",
     "CorruptRecord",
@@ -157,4 +220,12 @@ __all__ = [
     "ProducerFenced",
     "InvalidTxnState",
     "GroupAuthorizationFailed",
+    "LeaderNotAvailable",
+    "RequestTimedOut",
+    "BrokerNotAvailable",
+    "TopicAlreadyExists",
+    "InvalidPartitions",
+    "InvalidReplicationFactor",
+    "IllegalState",
+    "error_class",
 ]

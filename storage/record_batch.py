@@ -32,6 +32,12 @@ column-wise so that a batch is built and read with one msgpack call instead of o
     values            array of (bin | nil); nil is a tombstone
     headers           array of (nil | array of [str, bin | nil]), or nil meaning none
 
+``keys`` and ``values`` may instead be a *packed column*: msgpack ext type 1 whose payload is
+the record count (uint32 LE), one int32 LE length per record (-1 for null) and then every
+non-null value's bytes back to back. The bulk producer writes this form (a column is copied
+in, not packed value by value) and the columnar consumer reads it without per-record work;
+both consumers read both forms.
+
 Because the base offset and the leader epoch sit before the CRC'd range, the leader assigns
 offsets by patching 12 bytes of the header; the records are never decoded or re-encoded on the
 append path.
@@ -238,6 +244,7 @@ def encode_batch(
     is_control: bool = False,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
     last_offset_delta: int | None = None,
+    count: int | None = None,
 ) -> bytes:
     """Encode one batch from columns.
 
@@ -245,9 +252,19 @@ def encode_batch(
     either one timestamp (ms) for every record or one per record. ``offset_deltas`` defaults to
     0..n-1; ``last_offset_delta`` defaults to the last offset delta and may be larger (a
     compacted batch keeps its original last offset). Work per record is one msgpack element.
+    ``values`` and ``keys`` may also be packed columns (:func:`packed_column`); then ``count``
+    gives the record count.
     """
-    count = len(values)
-    if keys is not None and len(keys) != count:
+    packed = isinstance(values, msgpack.ExtType)
+    if packed:
+        if count is None:
+            raise ValueError("a packed values column needs count=")
+    else:
+        count = len(values)
+    if isinstance(keys, msgpack.ExtType):
+        if not packed:
+            raise ValueError("packed keys need packed values")
+    elif keys is not None and len(keys) != count:
         raise ValueError(f"{len(keys)} keys for {count} values: give one key per value")
     if headers is not None and len(headers) != count:
         raise ValueError(f"{len(headers)} header lists for {count} values: give one per value")
@@ -271,7 +288,9 @@ def encode_batch(
             last_offset_delta = offset_deltas[-1] if offset_deltas else 0
         else:
             last_offset_delta = max(count - 1, 0)
-    if keys is not None and not any(k is not None for k in keys):
+    if keys is not None and not isinstance(keys, msgpack.ExtType) and not any(
+        k is not None for k in keys
+    ):
         keys = None
     if headers is not None and not any(headers):
         headers = None
@@ -476,6 +495,83 @@ def iter_batches(buf, verify: bool = True) -> Iterator[tuple[int, BatchHeader]]:
         pos += header.size
 
 
+PACKED_COLUMN_EXT = 1
+_COUNT = struct.Struct("<I")
+
+
+class PackedColumn(NamedTuple):
+    """A binary column as lengths plus one data buffer (see the module docstring)."""
+
+    lengths: memoryview  # int32 per record, -1 for null
+    data: memoryview  # the non-null values back to back
+
+    def to_list(self) -> list[bytes | None]:
+        data = self.data
+        out: list[bytes | None] = []
+        append = out.append
+        pos = 0
+        for n in self.lengths:
+            if n < 0:
+                append(None)
+            else:
+                append(data[pos : pos + n].tobytes())
+                pos += n
+        return out
+
+
+def packed_column(lengths, data) -> msgpack.ExtType:
+    """The msgpack form of a packed column: ``lengths`` is a bytes-like of int32 LE (-1 for
+    null), ``data`` the non-null values back to back."""
+    lengths = memoryview(lengths).cast("B")
+    count = len(lengths) // 4
+    return msgpack.ExtType(PACKED_COLUMN_EXT, b"".join((_COUNT.pack(count), lengths, data)))
+
+
+def parse_packed_column(payload) -> PackedColumn:
+    view = memoryview(payload)
+    if len(view) < 4:
+        raise CorruptRecord("packed column shorter than its count")
+    (count,) = _COUNT.unpack_from(view)
+    end = 4 + 4 * count
+    if len(view) < end:
+        raise CorruptRecord(f"packed column declares {count} lengths but holds fewer")
+    lengths = view[4:end].cast("i")
+    data = view[end:]
+    if sum(n for n in lengths if n > 0) != len(data):
+        raise CorruptRecord("packed column's lengths do not add up to its data")
+    return PackedColumn(lengths, data)
+
+
+def _ext_as_list(code: int, payload: bytes):
+    if code != PACKED_COLUMN_EXT:
+        raise CorruptRecord(f"unknown msgpack extension {code} in a records section")
+    return parse_packed_column(payload).to_list()
+
+
+def _ext_as_packed(code: int, payload: bytes):
+    if code != PACKED_COLUMN_EXT:
+        raise CorruptRecord(f"unknown msgpack extension {code} in a records section")
+    return parse_packed_column(payload)
+
+
+def unpack_section(header: BatchHeader, section, packed: bool = False) -> list:
+    """The five columns of a decompressed records section. Packed columns come back as
+    lists, or as PackedColumn when ``packed`` is true (the columnar reader)."""
+    try:
+        columns = msgpack.unpackb(
+            section, use_list=True, ext_hook=_ext_as_packed if packed else _ext_as_list
+        )
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise CorruptRecord(
+            f"records section of batch at base offset {header.base_offset} is malformed: {e}"
+        ) from e
+    if not isinstance(columns, list) or len(columns) != 5:
+        raise CorruptRecord(
+            f"records section of batch at base offset {header.base_offset} is not 5 columns"
+        )
+    return columns
+
+
 class Records(NamedTuple):
     """The decoded records of one batch, column-wise. ``offsets`` and ``timestamps`` are
     absolute; ``keys`` and ``headers`` are None when every record has none."""
@@ -496,8 +592,8 @@ def decode_records(buf, pos: int = 0, verify: bool = True) -> Records:
     header = verify_batch(buf, pos) if verify else read_header(buf, pos)
     raw = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     section = decompress(header.codec, raw)
+    offset_deltas, ts_deltas, keys, values, headers = unpack_section(header, section)
     try:
-        offset_deltas, ts_deltas, keys, values, headers = msgpack.unpackb(section, use_list=True)
         count = len(values)
         base = header.base_offset
         offsets = (

@@ -1,0 +1,142 @@
+"""The clients' gateway to the actors: every ``ray.*`` call a client makes goes through here.
+
+Clients (producer, consumer, admin) never import Ray themselves; they ask this gateway for
+object refs and results, and get rafka's typed errors back instead of Ray's exceptions: a
+RafkaError raised inside an actor comes back as itself, an unreachable actor as
+BrokerNotAvailable (retriable), and an answer that takes too long as RequestTimedOut.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any
+
+import numpy as np
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from rafka.actors.placement import CONTROLLER_NAME, replica_name
+from rafka.errors import BrokerNotAvailable, RafkaError, RequestTimedOut
+
+__all__ = ["Gateway", "as_array"]
+
+
+def as_array(data) -> np.ndarray:
+    """Bytes-like record data as a uint8 array: Ray moves arrays through the object store
+    without copying, while ``bytes`` are pickled and copied."""
+    return data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+
+
+def _translate(error: BaseException, what: str) -> BaseException:
+    if isinstance(error, RayTaskError):
+        cause = error.cause
+        if isinstance(cause, RafkaError):
+            return cause
+        if isinstance(cause, RayActorError):
+            error = cause
+        else:
+            return error
+    if isinstance(error, RayActorError):
+        return BrokerNotAvailable(f"{what} is unreachable ({type(error).__name__}); retry")
+    if isinstance(error, GetTimeoutError):
+        return RequestTimedOut(f"{what} did not answer in time")
+    return error
+
+
+class Gateway:
+    """Actor lookups and calls for one Ray namespace. Thread-safe; handles are cached."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._replicas: dict[str, Any] = {}
+        self._controller = None
+        self._lock = threading.Lock()
+
+    # -- controller ----------------------------------------------------------------------------
+
+    def controller(self):
+        if self._controller is None:
+            try:
+                self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+            except ValueError:
+                raise BrokerNotAvailable(
+                    f"no rafka controller runs in Ray namespace {self.namespace!r}; start the "
+                    "services with rafka.connect() or `rafka up`"
+                ) from None
+        return self._controller
+
+    def call_controller(self, method: str, *args, timeout_s: float = 60.0) -> Any:
+        """Call a controller method and wait for its answer, with rafka's errors."""
+        try:
+            ref = getattr(self.controller(), method).remote(*args)
+            return ray.get(ref, timeout=timeout_s)
+        except (RayTaskError, RayActorError, GetTimeoutError) as e:
+            if isinstance(e, RayActorError):
+                self._controller = None  # it may come back under a new handle
+            raise _translate(e, "the rafka controller") from None
+
+    # -- replicas ------------------------------------------------------------------------------
+
+    def replica(self, topic_id: str, partition: int, broker_id: int):
+        name = replica_name(topic_id, partition, broker_id)
+        handle = self._replicas.get(name)
+        if handle is None:
+            try:
+                handle = ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                raise BrokerNotAvailable(
+                    f"replica actor {name} is not running; the topic may be being created "
+                    "or deleted, or its disk's node is down"
+                ) from None
+            with self._lock:
+                self._replicas[name] = handle
+        return handle
+
+    def forget_replica(self, topic_id: str, partition: int, broker_id: int) -> None:
+        with self._lock:
+            self._replicas.pop(replica_name(topic_id, partition, broker_id), None)
+
+    @staticmethod
+    def produce(replica, batch, acks: int, timeout_ms: int, client_id: str, request_no: int):
+        return replica.produce.remote(as_array(batch), acks, timeout_ms, client_id, request_no)
+
+    @staticmethod
+    def fetch(replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
+        return replica.fetch.remote(offset, max_bytes, min_bytes, max_wait_ms)
+
+    @staticmethod
+    def list_offset(replica, timestamp: int):
+        return replica.list_offset.remote(timestamp)
+
+    @staticmethod
+    def describe(replica):
+        return replica.describe.remote()
+
+    # -- results -------------------------------------------------------------------------------
+
+    @staticmethod
+    def get(refs, timeout_s: float | None = None, what: str = "a partition replica"):
+        try:
+            return ray.get(refs, timeout=timeout_s)
+        except (RayTaskError, RayActorError, GetTimeoutError) as e:
+            raise _translate(e, what) from None
+
+    @staticmethod
+    def wait(refs: list, num_returns: int = 1, timeout_s: float | None = None):
+        return ray.wait(refs, num_returns=num_returns, timeout=timeout_s, fetch_local=True)
+
+    @staticmethod
+    def future(ref) -> concurrent.futures.Future:
+        """A concurrent future for ``ref``; its exception is already a rafka error."""
+        out: concurrent.futures.Future = concurrent.futures.Future()
+
+        def done(inner: concurrent.futures.Future) -> None:
+            error = inner.exception()
+            if error is None:
+                out.set_result(inner.result())
+            else:
+                out.set_exception(_translate(error, "a partition replica"))
+
+        ref.future().add_done_callback(done)
+        return out

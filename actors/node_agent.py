@@ -1,0 +1,132 @@
+"""NodeAgent: one per data disk. Holds the disk's broker id and hosts its replica actors.
+
+The broker id lives in ``meta.properties`` in the disk's data directory, so it belongs to the
+disk: a node that restarts (with a new Ray node id) but the same disk is the same broker, and
+its replicas come back to their files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from typing import Any
+
+import ray
+
+from rafka.actors.partition_replica import PartitionReplica
+from rafka.actors.placement import (
+    CONTROLLER_NAME,
+    disk_dir,
+    pinned_to_disk,
+    replica_name,
+)
+from rafka.errors import KafkaStorageError
+from rafka.storage.checkpoint import read_text, write_atomically
+from rafka.storage.log_loader import ensure_writable_directory
+
+META_PROPERTIES = "meta.properties"
+
+
+def read_meta_properties(directory: str) -> dict[str, str]:
+    text = read_text(os.path.join(directory, META_PROPERTIES)) or ""
+    props = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            props[key.strip()] = value.strip()
+    return props
+
+
+def write_meta_properties(directory: str, props: dict[str, str]) -> None:
+    body = "#rafka broker identity of this disk; do not copy to another disk\n"
+    body += "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
+    write_atomically(os.path.join(directory, META_PROPERTIES), body.encode())
+
+
+class NodeAgent:
+    def __init__(self, data_root: str, disk: str, namespace: str) -> None:
+        self.data_root = data_root
+        self.disk = disk
+        self.namespace = namespace
+        self.directory = disk_dir(data_root, disk)
+        ensure_writable_directory(self.directory)
+        props = read_meta_properties(self.directory)
+        if props and props.get("disk", disk) != disk:
+            raise KafkaStorageError(
+                f"{self.directory}/meta.properties belongs to disk {props['disk']!r}, not "
+                f"{disk!r}: each disk needs its own data directory"
+            )
+        self.broker_id = int(props["broker.id"]) if "broker.id" in props else None
+        self.replicas: dict[str, Any] = {}
+
+    async def start(self) -> int:
+        """Register this disk with the controller; returns its broker id (new or kept)."""
+        controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+        broker_id = await controller.register_broker.remote(self.disk, self.broker_id)
+        if broker_id != self.broker_id:
+            self.broker_id = broker_id
+            write_meta_properties(
+                self.directory, {"broker.id": str(broker_id), "disk": self.disk, "version": "1"}
+            )
+        return broker_id
+
+    async def ensure_replicas(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Create (or find) the replica actors for ``states`` on this disk; wait until each has
+        opened its log. Returns each replica's description."""
+        actor = ray.remote(PartitionReplica)
+        handles = []
+        for state in states:
+            name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
+            handle = actor.options(
+                name=name, namespace=self.namespace, get_if_exists=True,
+                **pinned_to_disk(self.disk),
+            ).remote(self.directory, state)  # fmt: skip
+            self.replicas[name] = handle
+            handles.append(handle)
+        return list(await asyncio.gather(*(h.ready.remote() for h in handles)))
+
+    async def delete_replicas(self, states: list[dict[str, Any]]) -> int:
+        """Delete the files of these replicas and stop their actors."""
+        deleted = 0
+        for state in states:
+            name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
+            handle = self.replicas.pop(name, None) or _find(name, self.namespace)
+            if handle is not None:
+                await handle.delete.remote()
+                ray.kill(handle, no_restart=True)
+                deleted += 1
+            else:  # the actor is gone; its files may not be
+                path = os.path.join(self.directory, f"{state['topic']}-{state['partition']}")
+                shutil.rmtree(path, ignore_errors=True)
+        return deleted
+
+    async def stop_replicas(self, states: list[dict[str, Any]]) -> int:
+        """Close these replicas cleanly (flushed, clean-shutdown marker) and stop them."""
+        stopped = 0
+        for state in states:
+            name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
+            handle = self.replicas.pop(name, None) or _find(name, self.namespace)
+            if handle is not None:
+                try:
+                    await handle.close.remote()
+                finally:
+                    ray.kill(handle, no_restart=True)
+                stopped += 1
+        return stopped
+
+    async def status(self) -> dict[str, Any]:
+        usage = shutil.disk_usage(self.directory)
+        return {
+            "disk": self.disk, "broker_id": self.broker_id, "directory": self.directory,
+            "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid(),
+            "disk_total_bytes": usage.total, "disk_free_bytes": usage.free,
+        }  # fmt: skip
+
+
+def _find(name: str, namespace: str):
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return None

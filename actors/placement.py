@@ -1,0 +1,84 @@
+"""Where rafka's actors live: the names, the Ray namespace and the pinning rules.
+
+A node offers a data disk by declaring the custom resource ``rafka_disk`` and naming the disk
+with the node label ``rafka-disk`` (default ``local``). Its data directory is
+``$RAFKA_DATA_DIR/<disk name>``. Actors that own files (the controller, node agents and
+partition replicas) are pinned to a disk by that label, never by Ray node id: a hard node-id
+affinity makes an actor DEAD when its node dies, while a label selector keeps it waiting and
+restarts it wherever the disk comes back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+#: Custom resource a node declares to offer a data disk (``ray start --resources``).
+DISK_RESOURCE = "rafka_disk"
+#: Node label naming the disk (``ray start --labels``); also the data directory's last part.
+DISK_LABEL = "rafka-disk"
+#: The disk name a node gets when it declares the resource but no label.
+DEFAULT_DISK = "local"
+#: Environment variable holding the root of every disk's data directory.
+DATA_DIR_ENV = "RAFKA_DATA_DIR"
+#: Where data lives when RAFKA_DATA_DIR is unset: relative to the process that starts rafka.
+DEFAULT_DATA_DIR = "./rafka-data"
+#: Ray namespace that holds every rafka service actor.
+NAMESPACE_ENV = "RAFKA_NAMESPACE"
+DEFAULT_NAMESPACE = "rafka"
+
+#: Share of the disk resource each pinned actor asks for. Ray ignores placement for actors
+#: that request no resources at all, so every pinned actor asks for a sliver of the disk.
+PINNED_DISK_SHARE = 0.001
+
+CONTROLLER_NAME = "rafka-controller"
+
+# Ray's label value rule: alphanumeric at both ends, '.', '_' or '-' inside, at most 63.
+_DISK_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+
+
+def default_data_root() -> str:
+    """The data root for this process: ``$RAFKA_DATA_DIR`` or ``./rafka-data``, absolute."""
+    return os.path.abspath(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+
+
+def default_namespace() -> str:
+    return os.environ.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
+
+
+def check_disk_name(disk: str) -> str:
+    if not isinstance(disk, str) or not _DISK_NAME.match(disk):
+        raise ValueError(
+            f"disk name {disk!r} is not a valid Ray label value: use 1-63 letters, digits, "
+            "'.', '_' or '-', starting and ending with a letter or digit (node label "
+            f"{DISK_LABEL!r})"
+        )
+    return disk
+
+
+def disk_dir(data_root: str, disk: str) -> str:
+    """Data directory of ``disk`` under ``data_root``."""
+    return os.path.join(data_root, check_disk_name(disk))
+
+
+def agent_name(disk: str) -> str:
+    return f"rafka-agent-{disk}"
+
+
+def replica_name(topic_id: str, partition: int, broker_id: int) -> str:
+    """Actor name of one replica. It uses the topic id, not the name, so a topic deleted and
+    created again under the same name never meets the old topic's actors."""
+    return f"rafka-replica-{topic_id}-{partition}-b{broker_id}"
+
+
+def pinned_to_disk(disk: str) -> dict[str, Any]:
+    """Ray actor options that pin an actor to ``disk`` and restart it there forever."""
+    return {
+        "num_cpus": 0,
+        "resources": {DISK_RESOURCE: PINNED_DISK_SHARE},
+        "label_selector": {DISK_LABEL: check_disk_name(disk)},
+        "max_restarts": -1,
+        "max_task_retries": 0,
+        "lifetime": "detached",
+    }

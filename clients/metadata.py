@@ -1,0 +1,70 @@
+"""The clients' cache of topic metadata: partition counts and leaders, refreshed on demand."""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+from rafka.errors import error_class
+
+
+class PartitionLeader(NamedTuple):
+    leader: int
+    leader_epoch: int
+
+
+class TopicMetadata(NamedTuple):
+    name: str
+    topic_id: str
+    partitions: list  # PartitionLeader per partition number
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+
+class MetadataCache:
+    """Thread-safe. ``topic`` answers from the cache; ``refresh`` asks the controller."""
+
+    def __init__(self, gateway, allow_auto_create: bool = True) -> None:
+        self.gateway = gateway
+        self.allow_auto_create = allow_auto_create
+        self._topics: dict[str, TopicMetadata] = {}
+        self._lock = threading.Lock()
+
+    def topic(self, name: str) -> TopicMetadata:
+        found = self._topics.get(name)
+        return found if found is not None else self.refresh([name])[name]
+
+    def refresh(self, names: list[str]) -> dict[str, TopicMetadata]:
+        """Fetch ``names`` from the controller; raises the error for a topic that is missing."""
+        answer = self.gateway.call_controller("metadata", list(names), self.allow_auto_create)
+        out = {}
+        for name in names:
+            described = answer[name]
+            if isinstance(described, (list, tuple)):
+                with self._lock:
+                    self._topics.pop(name, None)
+                errno, message = described
+                raise error_class(errno)(message)
+            meta = TopicMetadata(
+                name,
+                described["topic_id"],
+                [PartitionLeader(p["leader"], p["leader_epoch"]) for p in described["partitions"]],
+            )
+            with self._lock:
+                self._topics[name] = meta
+            out[name] = meta
+        return out
+
+    def invalidate(self, name: str) -> None:
+        """Forget ``name`` and its replicas' handles: the next use asks the controller again
+        (a restarted replica actor needs a fresh handle)."""
+        with self._lock:
+            meta = self._topics.pop(name, None)
+        if meta is not None:
+            for partition, leader in enumerate(meta.partitions):
+                self.gateway.forget_replica(meta.topic_id, partition, leader.leader)
+
+    def replica(self, topic: TopicMetadata, partition: int):
+        """The leader replica's actor handle for ``partition``."""
+        return self.gateway.replica(topic.topic_id, partition, topic.partitions[partition].leader)

@@ -1,0 +1,748 @@
+"""Producer: batches records per partition and ships each batch to its leader in one call.
+
+``send`` only appends to the open batch of the record's partition and returns a future; a
+background sender thread encodes and compresses each batch once, sends it to the partition's
+leader replica (one actor call per batch), and resolves the futures from the answer. Retriable
+errors are retried with backoff after a metadata refresh; with idempotence on (the default
+with ``acks="all"``) each batch carries the producer id and a per-partition sequence, so a
+batch resent after a lost answer is written once.
+
+Records sent without ``timestamp_ms`` take the time their batch was opened (ms); a batch is
+open for at most ``linger_ms`` or until it fills.
+
+``send_batch`` is the bulk path: a whole column of values (and keys) becomes packed record
+batches with no per-record Python objects, through the same sender, sequences and retries.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Callable, NamedTuple, Sequence
+
+from rafka.clients.partitioner import make_partitioner, partitions_for_keys
+from rafka.clients.serializers import BYTES_LIKE, check_bytes, resolve
+from rafka.errors import (
+    IllegalState,
+    InvalidConfig,
+    OutOfOrderSequence,
+    RafkaError,
+    RecordTooLarge,
+    RequestTimedOut,
+    UnknownTopicOrPartition,
+    error_class,
+)
+from rafka.storage import record_batch as rb
+from rafka.types import RecordMetadata
+
+log = logging.getLogger(__name__)
+
+RECORD_OVERHEAD = 8  # bytes a record adds to a batch besides key and value (msgpack framing)
+MAX_IN_FLIGHT_IDEMPOTENT = 5  # the broker remembers the last five batches per producer
+
+_ACKS = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}
+
+
+class ProducerConfig(NamedTuple):
+    acks: int = -1
+    linger_ms: float = 5.0
+    batch_size: int = 512 * 1024
+    buffer_memory: int = 64 * 1024 * 1024
+    max_block_ms: int = 60_000
+    max_request_size: int = 1_048_576
+    compression: rb.Codec = rb.Codec.NONE
+    retries: int = 2**31 - 1
+    retry_backoff_ms: int = 100
+    request_timeout_ms: int = 30_000
+    delivery_timeout_ms: int = 120_000
+    max_in_flight: int = 5
+    enable_idempotence: bool = True
+
+
+def make_config(
+    acks: int | str = "all",
+    linger_ms: float = 5.0,
+    batch_size: int = 512 * 1024,
+    buffer_memory: int = 64 * 1024 * 1024,
+    max_block_ms: int = 60_000,
+    max_request_size: int = 1_048_576,
+    compression: str | None = "none",
+    retries: int = 2**31 - 1,
+    retry_backoff_ms: int = 100,
+    request_timeout_ms: int = 30_000,
+    delivery_timeout_ms: int = 120_000,
+    max_in_flight: int = 5,
+    enable_idempotence: bool | None = None,
+) -> ProducerConfig:
+    """Validate producer settings (Kafka's names, in snake case); InvalidConfig says which."""
+    if acks not in _ACKS:
+        raise InvalidConfig(f"acks={acks!r} is invalid; use 0, 1 or 'all'")
+    acks_n = _ACKS[acks]
+    for name, value, low in (
+        ("linger_ms", linger_ms, 0), ("batch_size", batch_size, 1),
+        ("buffer_memory", buffer_memory, 1), ("max_block_ms", max_block_ms, 0),
+        ("max_request_size", max_request_size, 1), ("retries", retries, 0),
+        ("retry_backoff_ms", retry_backoff_ms, 0), ("request_timeout_ms", request_timeout_ms, 1),
+        ("delivery_timeout_ms", delivery_timeout_ms, 1), ("max_in_flight", max_in_flight, 1),
+    ):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+            raise InvalidConfig(f"{name}={value!r} is invalid; give a number >= {low}")
+    try:
+        codec = rb.Codec.from_name(compression or "none")
+    except (ValueError, RafkaError) as e:
+        raise InvalidConfig(
+            f"compression={compression!r} is not supported; use none, gzip, lz4 or zstd"
+        ) from e
+    if enable_idempotence is None:  # Kafka's rule: on unless a setting conflicts with it
+        enable_idempotence = acks_n == -1 and retries > 0 and max_in_flight <= 5
+    elif enable_idempotence:
+        if acks_n != -1:
+            raise InvalidConfig(
+                f"enable_idempotence=True needs acks='all' (got acks={acks!r}); set acks='all' "
+                "or enable_idempotence=False"
+            )
+        if max_in_flight > MAX_IN_FLIGHT_IDEMPOTENT:
+            raise InvalidConfig(
+                f"enable_idempotence=True allows max_in_flight <= 5 (got {max_in_flight})"
+            )
+    return ProducerConfig(
+        acks_n, linger_ms, batch_size, buffer_memory, max_block_ms, max_request_size, codec,
+        retries, retry_backoff_ms, request_timeout_ms, delivery_timeout_ms, max_in_flight,
+        bool(enable_idempotence),
+    )  # fmt: skip
+
+
+class _Batch:
+    """Records bound for one partition, sent (and retried) as one record batch."""
+
+    __slots__ = (
+        "topic", "partition", "values", "keys", "headers", "timestamps", "timestamp",
+        "size", "count", "created", "sequence", "encoded", "attempts", "retry_at", "callbacks",
+        "done", "error", "base_offset", "append_time", "packed", "closed", "plain",
+    )  # fmt: skip
+
+    def __init__(self, topic: str, partition: int, timestamp: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.values: list = []
+        self.keys: list | None = None
+        self.headers: list | None = None
+        self.timestamps: list | None = None  # only when a record gave its own
+        self.timestamp = timestamp
+        self.size = 0
+        self.count = 0
+        self.created = time.monotonic()
+        self.sequence = rb.NO_SEQUENCE
+        self.encoded: bytes | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.callbacks: list | None = None
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.base_offset = -1
+        self.append_time = -1
+        self.packed: tuple | None = None  # (keys column, values column) from send_batch
+        self.closed = False
+        self.plain = True  # only values so far: send()'s fast path may append here
+
+    def record_timestamp(self, index: int) -> int:
+        if self.append_time >= 0:
+            return self.append_time
+        return self.timestamps[index] if self.timestamps is not None else self.timestamp
+
+    def metadata(self, index: int) -> RecordMetadata:
+        offset = self.base_offset + index if self.base_offset >= 0 else -1
+        return RecordMetadata(self.topic, self.partition, offset, self.record_timestamp(index))
+
+
+class RecordFuture:
+    """The outcome of one ``send``: ``result()`` gives its RecordMetadata or raises its error."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def done(self) -> bool:
+        return self._batch.done.is_set()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        batch = self._batch
+        if not batch.done.wait(timeout):
+            raise RequestTimedOut(f"record not acknowledged within {timeout} s")
+        if batch.error is not None:
+            raise batch.error
+        return batch.metadata(self._index)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._batch.done.wait(timeout):
+            raise RequestTimedOut(f"record not acknowledged within {timeout} s")
+        return self._batch.error
+
+
+class BulkResult(NamedTuple):
+    """Where a ``send_batch`` column landed: per partition, the offset ranges it was given
+    (first, last), in send order. Offsets are -1 with acks=0."""
+
+    topic: str
+    records: int
+    ranges: dict  # partition -> list of (first_offset, last_offset)
+
+
+class BulkFuture:
+    def __init__(self, topic: str, batches: list[_Batch]) -> None:
+        self._topic = topic
+        self._batches = batches
+
+    def done(self) -> bool:
+        return all(b.done.is_set() for b in self._batches)
+
+    def result(self, timeout: float | None = None) -> BulkResult:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ranges: dict[int, list] = {}
+        for b in self._batches:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not b.done.wait(left):
+                raise RequestTimedOut(f"bulk send not acknowledged within {timeout} s")
+            if b.error is not None:
+                raise b.error
+            last = b.base_offset + b.count - 1 if b.base_offset >= 0 else -1
+            ranges.setdefault(b.partition, []).append((b.base_offset, last))
+        return BulkResult(self._topic, sum(b.count for b in self._batches), ranges)
+
+
+class _PartitionQueue:
+    __slots__ = ("ready", "in_flight", "next_sequence", "retrying", "next_request", "session")
+
+    def __init__(self) -> None:
+        self.ready: collections.deque[_Batch] = collections.deque()
+        self.in_flight = 0
+        self.next_sequence = 0
+        # Requests to the partition are numbered from 0 per session and the leader appends
+        # them in that order. A failure starts a new session (the leader may have changed).
+        self.next_request = 0
+        self.session = 0
+        self.retrying = False  # a batch awaits resending: send nothing newer until it is out
+
+
+class Producer:
+    """Thread-safe; one background sender thread. Use as a context manager or call close()."""
+
+    def __init__(
+        self,
+        gateway,
+        metadata,
+        *,
+        key_serializer: Callable | str | None = None,
+        value_serializer: Callable | str | None = None,
+        partitioner: Any = None,
+        **settings: Any,
+    ) -> None:
+        self.config = make_config(**settings)
+        self._gateway = gateway
+        self._metadata = metadata
+        self._key_serializer = resolve(key_serializer, 0, "key_serializer")
+        self._value_serializer = resolve(value_serializer, 0, "value_serializer")
+        self._partitioner = make_partitioner(partitioner)
+        self._partition_cache: dict[tuple[str, bytes, int], int] = {}
+        # Null-key records under the default partitioner all go to the topic's sticky batch.
+        self._sticky_ok = type(self._partitioner).__name__ == "DefaultPartitioner"
+        self._sticky_batches: dict[str, _Batch] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # new work or space for the sender
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._queues: dict[tuple[str, int], _PartitionQueue] = {}
+        self._completions: collections.deque = collections.deque()
+        self._outstanding = 0  # batches created and not yet done
+        self._buffered = 0  # bytes of records not yet acknowledged
+        self._flushing = 0
+        self._closed = False
+        if self.config.enable_idempotence:
+            self.producer_id, self.producer_epoch = gateway.call_controller(
+                "allocate_producer_id"
+            )
+        else:
+            self.producer_id, self.producer_epoch = rb.NO_PRODUCER_ID, rb.NO_PRODUCER_EPOCH
+        self.client_id = uuid.uuid4().hex
+        self._sender = threading.Thread(target=self._run_sender, name="rafka-sender", daemon=True)
+        self._sender.start()
+
+    # -- send ----------------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        callback: Callable[[RecordMetadata | None, BaseException | None], None] | None = None,
+    ) -> RecordFuture:
+        """Queue one record; returns a future of its RecordMetadata. ``callback(metadata,
+        error)`` runs on the sender thread once the record is acknowledged or has failed.
+        Raises at once for a record that can never be sent (TypeError, RecordTooLarge,
+        UnknownTopicOrPartition), and RequestTimedOut when ``buffer_memory`` stays full
+        for ``max_block_ms``."""
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        if self._key_serializer is not None:
+            key = self._key_serializer(key)
+        if (
+            key is None and partition is None and headers is None and timestamp_ms is None
+            and callback is None and value.__class__ is bytes
+        ):  # fmt: skip
+            # The common case (a bytes value, nothing else): append to the topic's sticky
+            # batch with no other work. Anything unusual takes the general path below.
+            size = len(value) + RECORD_OVERHEAD
+            with self._lock:
+                batch = self._sticky_batches.get(topic)
+                if (
+                    batch is not None and batch.plain and not batch.closed
+                    and batch.size + size <= self.config.batch_size
+                    and self._buffered + size <= self.config.buffer_memory
+                ):  # fmt: skip
+                    index = batch.count
+                    batch.values.append(value)
+                    batch.count = index + 1
+                    batch.size += size
+                    self._buffered += size
+                    return RecordFuture(batch, index)
+        if self._closed:
+            raise IllegalState("the producer is closed; create a new one")
+        if value is not None and value.__class__ is not bytes:
+            check_bytes(value, "value")
+        if key is not None and key.__class__ is not bytes:
+            check_bytes(key, "key")
+        size = RECORD_OVERHEAD
+        if value is not None:
+            size += len(value)
+        if key is not None:
+            size += len(key)
+        if headers:
+            headers = _check_headers(headers)
+            size += sum(len(k) + (len(v) if v is not None else 0) + 4 for k, v in headers)
+        if size > self.config.max_request_size:
+            raise RecordTooLarge(
+                f"record of {size} bytes exceeds max_request_size={self.config.max_request_size}"
+                "; raise max_request_size (and the topic's max.message.bytes) or send less"
+            )
+        sticky = False
+        if partition is None:
+            partition = self._choose_partition(topic, key)
+            sticky = key is None and headers is None and timestamp_ms is None and self._sticky_ok
+        else:
+            count = len(self._metadata.topic(topic))
+            if not 0 <= partition < count:
+                raise UnknownTopicOrPartition(
+                    f"topic {topic!r} has partitions 0..{count - 1}, not {partition}"
+                )
+        with self._lock:
+            if self._buffered + size > self.config.buffer_memory:
+                self._wait_for_buffer(size)
+            batch = self._open.get((topic, partition))
+            if batch is None or (batch.size + size > self.config.batch_size and batch.count):
+                batch = self._open_batch(topic, partition)
+            index = batch.count
+            batch.values.append(value)
+            if key is None and sticky:
+                self._sticky_batches[topic] = batch
+            if key is not None or batch.keys is not None:
+                if batch.keys is None:
+                    batch.keys = [None] * index
+                batch.keys.append(key)
+            if headers or batch.headers is not None:
+                if batch.headers is None:
+                    batch.headers = [None] * index
+                batch.headers.append(headers or None)
+            if timestamp_ms is not None or batch.timestamps is not None:
+                if batch.timestamps is None:
+                    batch.timestamps = [batch.timestamp] * index
+                batch.timestamps.append(batch.timestamp if timestamp_ms is None else timestamp_ms)
+            batch.count = index + 1
+            batch.size += size
+            self._buffered += size
+            if key is not None or headers or timestamp_ms is not None:
+                batch.plain = False
+            if callback is not None:
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                batch.callbacks.append((index, callback))
+            if batch.size >= self.config.batch_size:
+                self._seal(batch)
+        return RecordFuture(batch, index)
+
+    def _choose_partition(self, topic: str, key) -> int:
+        count = len(self._metadata.topic(topic))
+        if key is None:
+            with self._lock:
+                return self._partitioner.partition(topic, None, count)
+        cache_key = (topic, bytes(key), count)
+        found = self._partition_cache.get(cache_key)
+        if found is None:
+            with self._lock:
+                found = self._partitioner.partition(topic, bytes(key), count)
+            if len(self._partition_cache) > 100_000:
+                self._partition_cache.clear()
+            if type(self._partitioner).__name__ == "DefaultPartitioner":
+                self._partition_cache[cache_key] = found  # murmur2 is a pure function of key
+        return found
+
+    def _open_batch(self, topic: str, partition: int) -> _Batch:
+        old = self._open.get((topic, partition))
+        if old is not None:
+            self._seal(old)
+        batch = _Batch(topic, partition, int(time.time() * 1000))
+        self._open[(topic, partition)] = batch
+        self._outstanding += 1
+        self._wake.notify()  # the sender's linger deadline may now be earlier
+        return batch
+
+    def _seal(self, batch: _Batch) -> None:
+        """Close ``batch`` to new records and queue it for sending (lock held)."""
+        if self._open.get((batch.topic, batch.partition)) is batch:
+            del self._open[(batch.topic, batch.partition)]
+        batch.closed = True
+        if self._sticky_batches.get(batch.topic) is batch:
+            del self._sticky_batches[batch.topic]
+        queue = self._queue(batch.topic, batch.partition)
+        if self.config.enable_idempotence:
+            batch.sequence = queue.next_sequence
+            queue.next_sequence = rb.increment_sequence(queue.next_sequence, batch.count)
+        queue.ready.append(batch)
+        # Sticky partitioning moves null-key records on once their batch is sealed.
+        self._partitioner.on_new_batch(
+            batch.topic, len(self._metadata.topic(batch.topic)), batch.partition
+        )
+        self._wake.notify()
+
+    def _queue(self, topic: str, partition: int) -> _PartitionQueue:
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            queue = self._queues[(topic, partition)] = _PartitionQueue()
+        return queue
+
+    def _wait_for_buffer(self, size: int) -> None:
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        for batch in list(self._open.values()):  # send what we hold, it frees the buffer
+            self._seal(batch)
+        while self._buffered + size > self.config.buffer_memory and self._buffered > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                raise RequestTimedOut(
+                    f"buffer_memory={self.config.buffer_memory} bytes stayed full for "
+                    f"max_block_ms={self.config.max_block_ms}; the cluster is slower than the "
+                    "application: raise buffer_memory or max_block_ms, or send less"
+                )
+            self._wake.wait(remaining)
+
+    # -- bulk ----------------------------------------------------------------------------------
+
+    def send_batch(
+        self,
+        topic: str,
+        values,
+        keys=None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> BulkFuture:
+        """Queue a whole column of values (and optional keys, one per value) in one call.
+
+        ``values``/``keys`` may be a pyarrow binary or string array (no per-record copy), a
+        sequence of bytes/None, or a 2-D uint8 numpy array (one row per record). Records go to
+        ``partition`` when given, else by key (murmur2, as ``send``), else to one partition
+        per batch in turn. Returns a future whose result says where the records landed."""
+        if self._closed:
+            raise IllegalState("the producer is closed; create a new one")
+        from rafka.clients import columnar
+
+        value_col = columnar.binary_column(values, "values")
+        key_col = None if keys is None else columnar.binary_column(keys, "keys")
+        count = len(value_col)
+        if key_col is not None and len(key_col) != count:
+            raise ValueError(f"{len(key_col)} keys for {count} values: give one key per value")
+        meta = self._metadata.topic(topic)
+        if partition is not None:
+            if not 0 <= partition < len(meta):
+                raise UnknownTopicOrPartition(
+                    f"topic {topic!r} has partitions 0..{len(meta) - 1}, not {partition}"
+                )
+            groups = {partition: None}
+        elif key_col is not None and key_col.null_count == 0:
+            parts = partitions_for_keys(key_col.lengths, key_col.data, len(meta), key_col.offsets)
+            groups = columnar.group_rows(parts)
+        else:
+            groups = {None: None}  # spread batches round the partitions
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        limit = min(self.config.batch_size, self.config.max_request_size)
+        batches: list[_Batch] = []
+        for target, rows in groups.items():
+            vals = value_col if rows is None else value_col.take(rows)
+            ks = None if key_col is None else (key_col if rows is None else key_col.take(rows))
+            for start, stop in columnar.chunks(vals, ks, limit, RECORD_OVERHEAD):
+                if stop - start == 1 and vals.size_of(start, stop) > self.config.max_request_size:
+                    raise RecordTooLarge(
+                        f"record {start} of the column is larger than max_request_size="
+                        f"{self.config.max_request_size}"
+                    )
+                with self._lock:
+                    p = target
+                    if p is None:
+                        p = self._partitioner.partition(topic, None, len(meta))
+                        self._partitioner.on_new_batch(topic, len(meta), p)
+                    batch = _Batch(topic, p, timestamp)
+                    batch.count = stop - start
+                    batch.size = vals.size_of(start, stop) + RECORD_OVERHEAD * batch.count
+                    batch.packed = (
+                        None if ks is None else ks.slice(start, stop).to_msgpack(),
+                        vals.slice(start, stop).to_msgpack(),
+                    )
+                    if self._buffered + batch.size > self.config.buffer_memory:
+                        self._wait_for_buffer(batch.size)
+                    self._buffered += batch.size
+                    self._outstanding += 1
+                    self._seal(batch)
+                batches.append(batch)
+        return BulkFuture(topic, batches)
+
+    # -- flush and close -----------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued (ignoring linger_ms) and wait until it is acknowledged or
+        failed. Raises RequestTimedOut if that takes longer than ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._flushing += 1
+            try:
+                for batch in list(self._open.values()):
+                    self._seal(batch)
+                while self._outstanding:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise RequestTimedOut(
+                            f"flush: {self._outstanding} batch(es) unacknowledged after {timeout} s"
+                        )
+                    self._wake.wait(remaining)
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the sender. Sending after close raises IllegalState."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            with self._lock:
+                self._closed = True
+                self._wake.notify_all()
+            self._sender.join(timeout)
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def metrics(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "outstanding_batches": self._outstanding,
+                "buffered_bytes": self._buffered,
+                "producer_id": self.producer_id,
+            }
+
+    # -- the sender thread ---------------------------------------------------------------------
+
+    def _run_sender(self) -> None:
+        while True:
+            with self._lock:
+                to_send = self._collect_sendable()
+                while not to_send and not self._completions:
+                    if self._closed and not self._outstanding:
+                        return
+                    self._wake.wait(self._next_wakeup())
+                    to_send = self._collect_sendable()
+                completions = list(self._completions)
+                self._completions.clear()
+            for batch, answer, error in completions:
+                self._handle_answer(batch, answer, error)
+            for batch in to_send:
+                self._dispatch(batch)
+
+    def _next_wakeup(self) -> float | None:
+        now = time.monotonic()
+        deadlines = [b.created + self.config.linger_ms / 1000 for b in self._open.values()]
+        deadlines += [q.ready[0].retry_at for q in self._queues.values() if q.ready]
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - now) + 0.0005
+
+    def _collect_sendable(self) -> list[_Batch]:
+        """Batches to send now, in sequence order per partition (lock held)."""
+        now = time.monotonic()
+        linger = self.config.linger_ms / 1000
+        for batch in list(self._open.values()):
+            if self._flushing or self._closed or now - batch.created >= linger:
+                self._seal(batch)
+        out = []
+        limit = self.config.max_in_flight
+        for queue in self._queues.values():
+            while queue.ready and queue.in_flight < limit:
+                head = queue.ready[0]
+                if head.retry_at > now:
+                    break
+                if queue.retrying and queue.in_flight:
+                    break  # resend in order: wait until everything older has answered
+                queue.ready.popleft()
+                queue.in_flight += 1
+                if head.attempts:
+                    queue.retrying = any(b.attempts for b in queue.ready)
+                out.append(head)
+        return out
+
+    def _dispatch(self, batch: _Batch) -> None:
+        config = self.config
+        try:
+            if batch.encoded is None:
+                batch.encoded = self._encode(batch)
+            if len(batch.encoded) > config.max_request_size and batch.count > 1:
+                raise RecordTooLarge(
+                    f"batch of {batch.count} records encodes to {len(batch.encoded)} bytes, over "
+                    f"max_request_size={config.max_request_size}; lower batch_size"
+                )
+            meta = self._metadata.topic(batch.topic)
+            replica = self._metadata.replica(meta, batch.partition)
+            batch.attempts += 1
+            queue = self._queues[(batch.topic, batch.partition)]
+            request_no = queue.next_request
+            queue.next_request += 1
+            ref = self._gateway.produce(
+                replica, batch.encoded, config.acks, config.request_timeout_ms,
+                f"{self.client_id}.{queue.session}", request_no,
+            )  # fmt: skip
+        except RafkaError as e:
+            self._post(batch, None, e)
+            return
+        if config.acks == 0:
+            self._post(batch, (0, "", -1, -1, -1), None)
+            return
+        future = self._gateway.future(ref)
+        future.add_done_callback(lambda f, b=batch: self._post(b, *_outcome(f)))
+
+    def _encode(self, batch: _Batch) -> bytes:
+        common = dict(
+            codec=self.config.compression, producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch, base_sequence=batch.sequence,
+        )  # fmt: skip
+        if batch.packed is not None:
+            keys, values = batch.packed
+            return rb.encode_batch(values, keys, batch.timestamp, count=batch.count, **common)
+        return rb.encode_batch(
+            batch.values, batch.keys,
+            batch.timestamps if batch.timestamps is not None else batch.timestamp,
+            batch.headers, **common,
+        )  # fmt: skip
+
+    def _post(self, batch: _Batch, answer, error) -> None:
+        with self._lock:
+            self._completions.append((batch, answer, error))
+            self._wake.notify_all()
+
+    def _handle_answer(self, batch: _Batch, answer, error: BaseException | None) -> None:
+        if error is None and answer[0] != 0:
+            error = error_class(answer[0])(answer[1])
+        key = (batch.topic, batch.partition)
+        if error is None:
+            batch.base_offset, batch.append_time = answer[2], answer[3]
+            with self._lock:
+                self._queues[key].in_flight -= 1
+            self._complete(batch, None)
+            return
+        with self._lock:
+            queue = self._queues[key]
+            queue.in_flight -= 1
+            queue.session += 1
+            queue.next_request = 0
+            retry = self._should_retry(batch, error, queue)
+            if retry:
+                batch.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
+                queue.retrying = True
+                _insert_by_sequence(queue.ready, batch)
+                self._wake.notify_all()
+        if retry:
+            log.debug("retrying %s-%d after %r", batch.topic, batch.partition, error)
+            self._metadata.invalidate(batch.topic)
+        else:
+            self._complete(batch, error)
+
+    def _should_retry(self, batch: _Batch, error: BaseException, queue: _PartitionQueue) -> bool:
+        if self._closed and not self._flushing:
+            return False
+        if time.monotonic() - batch.created > self.config.delivery_timeout_ms / 1000:
+            return False
+        if batch.attempts > self.config.retries:
+            return False
+        if isinstance(error, OutOfOrderSequence):
+            # A later batch overtook an earlier one that failed: resend it after the earlier.
+            return self.config.enable_idempotence and any(
+                b.sequence < batch.sequence for b in queue.ready
+            ) or queue.in_flight > 0
+        return isinstance(error, RafkaError) and error.retriable
+
+    def _complete(self, batch: _Batch, error: BaseException | None) -> None:
+        batch.error = error
+        batch.done.set()
+        if batch.callbacks:
+            for index, callback in batch.callbacks:
+                try:
+                    callback(None if error else batch.metadata(index), error)
+                except Exception:  # a user callback must not stop the sender
+                    log.exception("producer callback raised")
+        batch.values = batch.keys = batch.headers = batch.encoded = batch.packed = None
+        with self._lock:
+            self._outstanding -= 1
+            self._buffered -= batch.size
+            self._wake.notify_all()
+
+
+def _outcome(future) -> tuple:
+    error = future.exception()
+    return (None, error) if error is not None else (future.result(), None)
+
+
+def _insert_by_sequence(ready: collections.deque, batch: _Batch) -> None:
+    """Put a batch back for resending: before every later sequence (idempotent), or first
+    (no sequences: the failed batch was the oldest sent)."""
+    if batch.sequence == rb.NO_SEQUENCE:
+        ready.appendleft(batch)
+        return
+    for i, other in enumerate(ready):
+        if other.sequence > batch.sequence:
+            ready.insert(i, batch)
+            return
+    ready.append(batch)
+
+
+def _check_headers(headers) -> list[tuple[str, bytes | None]]:
+    out = []
+    for item in headers:
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"headers must be (str, bytes | None) pairs, got {item!r}"
+            ) from None
+        if not isinstance(name, str):
+            raise TypeError(f"header name must be str, got {type(name).__name__}: {name!r}")
+        if value is not None and not isinstance(value, BYTES_LIKE):
+            raise TypeError(
+                f"header {name!r} value must be bytes or None, got {type(value).__name__}; "
+                "encode it first"
+            )
+        out.append((name, None if value is None else bytes(value)))
+    return out

@@ -1,0 +1,122 @@
+"""``connect()`` and the ``Cluster`` handle: the user's entry point.
+
+The Cluster handle is small and picklable: it carries the Ray namespace (and the address it
+was reached at), nothing else. Unpickled inside a Ray task or actor, it attaches to the same
+services by name, so a pipeline can fan out over Ray and open producers and consumers in
+every worker.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from rafka.actors import service
+from rafka.actors.handles import Gateway
+from rafka.actors.placement import default_data_root, default_namespace
+from rafka.clients.admin import Admin
+from rafka.clients.consumer import Consumer
+from rafka.clients.metadata import MetadataCache
+from rafka.clients.producer import Producer
+
+_gateways: dict[str, Gateway] = {}
+_gateways_lock = threading.Lock()
+
+
+def _gateway(namespace: str) -> Gateway:
+    # One gateway per namespace per process: actor handles are looked up once and shared.
+    with _gateways_lock:
+        gateway = _gateways.get(namespace)
+        if gateway is None:
+            gateway = _gateways[namespace] = Gateway(namespace)
+        return gateway
+
+
+class Cluster:
+    """A connection to one rafka cluster. Make producers, consumers and admins from it."""
+
+    def __init__(self, namespace: str, address: str | None, auto_create_topics: bool = False):
+        self.namespace = namespace
+        self.address = address
+        self.auto_create_topics = auto_create_topics
+        self._metadata: MetadataCache | None = None
+
+    @property
+    def gateway(self) -> Gateway:
+        return _gateway(self.namespace)
+
+    @property
+    def metadata(self) -> MetadataCache:
+        if self._metadata is None:
+            self._metadata = MetadataCache(self.gateway, self.auto_create_topics)
+        return self._metadata
+
+    def admin(self) -> Admin:
+        return Admin(self.gateway, self.metadata)
+
+    def producer(self, **settings: Any) -> Producer:
+        """A Producer (see ``rafka.clients.producer.make_config`` for the settings)."""
+        return Producer(self.gateway, MetadataCache(self.gateway, self.auto_create_topics),
+                        **settings)  # fmt: skip
+
+    def consumer(self, **settings: Any) -> Consumer:
+        """A Consumer with manual assignment (``assign``)."""
+        return Consumer(self.gateway, MetadataCache(self.gateway, self.auto_create_topics),
+                        **settings)  # fmt: skip
+
+    def status(self) -> dict[str, Any]:
+        return self.gateway.call_controller("describe_cluster")
+
+    def shutdown(self) -> dict[str, int]:
+        """Stop every service cleanly (replicas flush and close). Data stays on disk."""
+        return service.stop_services(self.namespace)
+
+    def __reduce__(self):
+        return (_attach, (self.namespace, self.address, self.auto_create_topics))
+
+    def __repr__(self) -> str:
+        return f"Cluster(namespace={self.namespace!r}, address={self.address!r})"
+
+
+def _attach(namespace: str, address: str | None, auto_create_topics: bool) -> Cluster:
+    """Unpickling: attach to running services (inside Ray workers Ray is already up)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address or "auto", namespace=namespace)
+    return Cluster(namespace, address, auto_create_topics)
+
+
+def connect(
+    address: str | None = None,
+    *,
+    data_dir: str | None = None,
+    namespace: str | None = None,
+    auto_create_topics: bool = False,
+    controller_disk: str | None = None,
+    start: bool = True,
+) -> Cluster:
+    """Connect to rafka, starting what is missing.
+
+    With no ``address``: attach to the Ray instance this process already uses, or to one
+    running on this machine, or start a local one whose node offers the disk ``local``, with
+    data in ``data_dir`` (default ``$RAFKA_DATA_DIR`` or ``./rafka-data``). With ``address``
+    ("auto", "ray://head:10001", "host:6379"): join that Ray cluster. Either way the services
+    are started unless they already run (``start=False`` only attaches). The ``settings``
+    given here (``auto_create_topics``, ``controller_disk``) apply when the services start.
+    """
+    namespace = namespace or default_namespace()
+    data_root = os.path.abspath(data_dir) if data_dir else default_data_root()
+    service.ensure_ray(address, namespace)
+    if service.find_controller(namespace) is None or start:
+        if service.find_controller(namespace) is None:
+            if not start:
+                from rafka.errors import BrokerNotAvailable
+
+                raise BrokerNotAvailable(
+                    f"no rafka services run in Ray namespace {namespace!r}; run `rafka up`"
+                )
+            settings = {"auto.create.topics.enable": auto_create_topics}
+            service.start_services(data_root, namespace, settings, controller_disk)
+    return Cluster(namespace, address, auto_create_topics)

@@ -1,0 +1,75 @@
+"""One Ray instance and one rafka cluster for the whole integration session.
+
+Ray is started here (not by ``rafka.connect``) with ``address="local"`` so the tests never
+attach to another Ray instance running on the machine; ``connect`` then finds Ray up and
+starts rafka's services in a namespace of their own, with data in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+NAMESPACE = "rafka-tests"
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from rafka.actors.placement import DEFAULT_DISK, DISK_LABEL, DISK_RESOURCE
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        resources={DISK_RESOURCE: 1},
+        labels={DISK_LABEL: DEFAULT_DISK},
+        include_dashboard=False,
+        namespace=NAMESPACE,
+        logging_level="WARNING",
+    )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("rafka-data"))
+
+
+@pytest.fixture(scope="session")
+def cluster(ray_session, data_dir):
+    import rafka
+
+    c = rafka.connect(data_dir=data_dir, namespace=NAMESPACE)
+    yield c
+    c.shutdown()
+
+
+@pytest.fixture
+def make_topic(cluster):
+    """Create topics with unique names; delete them after the test (each partition is an
+    actor process, so tests clean up after themselves)."""
+    admin = cluster.admin()
+    created = []
+
+    def make(partitions: int = 1, config: dict | None = None, prefix: str = "t") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        admin.create_topic(name, partitions=partitions, config=config)
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        try:
+            admin.delete_topic(name)
+        except Exception:  # deleted by the test itself
+            pass
+
+
+@pytest.fixture
+def topic(make_topic) -> str:
+    return make_topic()
