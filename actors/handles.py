@@ -53,6 +53,12 @@ class Gateway:
         self._controller = None
         self._lock = threading.Lock()
 
+    def reset(self) -> None:
+        """Forget every cached handle (after the services were stopped or restarted)."""
+        with self._lock:
+            self._replicas.clear()
+            self._controller = None
+
     # -- controller ----------------------------------------------------------------------------
 
     def controller(self):

@@ -10,7 +10,7 @@ import argparse
 import importlib
 from types import ModuleType
 
-BENCHMARKS = ("storage",)
+BENCHMARKS = ("storage", "clients")
 
 
 def main(argv: list[str] | None = None) -> None:

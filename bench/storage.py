@@ -16,8 +16,9 @@ temporary directory on one disk, it measures:
 Why the comparison is fair:
 
 - The raw side writes ``--mb`` MiB, the log side as many whole batches as fit in it, from
-  buffers prepared before the clock starts, each chunk or batch a copy of its own (one buffer written again and again
-  would stay in the CPU cache and flatter its side), and each ends with one fdatasync inside
+  buffers prepared before the clock starts, each chunk or batch a copy of its own (one buffer
+  written again and again would stay in the CPU cache and flatter its side), and each ends
+  with one fdatasync inside
   the timed region. Encoding, opening, closing and deleting are outside it.
 - Every timed region starts after ``os.sync()``, so no earlier write-back competes with it.
 - Writes alternate (raw, 16 KiB, 1 MiB, raw, ...) for ``--repeat`` rounds, and so do reads;

@@ -122,6 +122,7 @@ class _Batch:
         "topic", "partition", "values", "keys", "headers", "timestamps", "timestamp",
         "size", "count", "created", "sequence", "encoded", "attempts", "retry_at", "callbacks",
         "done", "error", "base_offset", "append_time", "packed", "closed", "plain",
+        "resequenced",
     )  # fmt: skip
 
     def __init__(self, topic: str, partition: int, timestamp: int) -> None:
@@ -147,6 +148,7 @@ class _Batch:
         self.packed: tuple | None = None  # (keys column, values column) from send_batch
         self.closed = False
         self.plain = True  # only values so far: send()'s fast path may append here
+        self.resequenced = False  # its sequence moved down after an earlier batch failed
 
     def record_timestamp(self, index: int) -> int:
         if self.append_time >= 0:
@@ -216,11 +218,14 @@ class BulkFuture:
 
 
 class _PartitionQueue:
-    __slots__ = ("ready", "in_flight", "next_sequence", "retrying", "next_request", "session")
+    __slots__ = (
+        "ready", "in_flight", "sent", "next_sequence", "retrying", "next_request", "session",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.ready: collections.deque[_Batch] = collections.deque()
         self.in_flight = 0
+        self.sent: set[_Batch] = set()  # in flight
         self.next_sequence = 0
         # Requests to the partition are numbered from 0 per session and the leader appends
         # them in that order. A failure starts a new session (the leader may have changed).
@@ -243,6 +248,8 @@ class Producer:
         **settings: Any,
     ) -> None:
         self.config = make_config(**settings)
+        # A batch must also fit in one request: its header and framing take some room.
+        self._batch_limit = max(1, min(self.config.batch_size, self.config.max_request_size - 256))
         self._gateway = gateway
         self._metadata = metadata
         self._key_serializer = resolve(key_serializer, 0, "key_serializer")
@@ -303,7 +310,8 @@ class Producer:
                 batch = self._sticky_batches.get(topic)
                 if (
                     batch is not None and batch.plain and not batch.closed
-                    and batch.size + size <= self.config.batch_size
+                    and batch.size + size <= self._batch_limit
+                    and size <= self.config.max_request_size
                     and self._buffered + size <= self.config.buffer_memory
                 ):  # fmt: skip
                     index = batch.count
@@ -345,7 +353,7 @@ class Producer:
             if self._buffered + size > self.config.buffer_memory:
                 self._wait_for_buffer(size)
             batch = self._open.get((topic, partition))
-            if batch is None or (batch.size + size > self.config.batch_size and batch.count):
+            if batch is None or (batch.size + size > self._batch_limit and batch.count):
                 batch = self._open_batch(topic, partition)
             index = batch.count
             batch.values.append(value)
@@ -372,7 +380,7 @@ class Producer:
                 if batch.callbacks is None:
                     batch.callbacks = []
                 batch.callbacks.append((index, callback))
-            if batch.size >= self.config.batch_size:
+            if batch.size >= self._batch_limit:
                 self._seal(batch)
         return RecordFuture(batch, index)
 
@@ -478,7 +486,7 @@ class Producer:
         else:
             groups = {None: None}  # spread batches round the partitions
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        limit = min(self.config.batch_size, self.config.max_request_size)
+        limit = min(self._batch_limit, self.config.max_request_size)
         batches: list[_Batch] = []
         for target, rows in groups.items():
             vals = value_col if rows is None else value_col.take(rows)
@@ -600,6 +608,7 @@ class Producer:
                     break  # resend in order: wait until everything older has answered
                 queue.ready.popleft()
                 queue.in_flight += 1
+                queue.sent.add(head)
                 if head.attempts:
                     queue.retrying = any(b.attempts for b in queue.ready)
                 out.append(head)
@@ -618,6 +627,7 @@ class Producer:
             meta = self._metadata.topic(batch.topic)
             replica = self._metadata.replica(meta, batch.partition)
             batch.attempts += 1
+            batch.resequenced = False
             queue = self._queues[(batch.topic, batch.partition)]
             request_no = queue.next_request
             queue.next_request += 1
@@ -660,12 +670,15 @@ class Producer:
         if error is None:
             batch.base_offset, batch.append_time = answer[2], answer[3]
             with self._lock:
-                self._queues[key].in_flight -= 1
+                queue = self._queues[key]
+                queue.in_flight -= 1
+                queue.sent.discard(batch)
             self._complete(batch, None)
             return
         with self._lock:
             queue = self._queues[key]
             queue.in_flight -= 1
+            queue.sent.discard(batch)
             queue.session += 1
             queue.next_request = 0
             retry = self._should_retry(batch, error, queue)
@@ -674,6 +687,8 @@ class Producer:
                 queue.retrying = True
                 _insert_by_sequence(queue.ready, batch)
                 self._wake.notify_all()
+            else:
+                self._release_sequence(queue, batch)
         if retry:
             log.debug("retrying %s-%d after %r", batch.topic, batch.partition, error)
             self._metadata.invalidate(batch.topic)
@@ -688,11 +703,24 @@ class Producer:
         if batch.attempts > self.config.retries:
             return False
         if isinstance(error, OutOfOrderSequence):
-            # A later batch overtook an earlier one that failed: resend it after the earlier.
-            return self.config.enable_idempotence and any(
-                b.sequence < batch.sequence for b in queue.ready
-            ) or queue.in_flight > 0
+            # An earlier batch failed (and is being resent, or gave its sequence numbers
+            # back): this one is in order again once resent after it.
+            return batch.resequenced or any(
+                b.sequence < batch.sequence for b in (*queue.ready, *queue.sent)
+            )
         return isinstance(error, RafkaError) and error.retriable
+
+    def _release_sequence(self, queue: _PartitionQueue, failed: _Batch) -> None:
+        """A batch failed for good and was not written: later batches move down into its
+        sequence numbers, so the leader sees no gap (Kafka's client does the same)."""
+        if failed.sequence == rb.NO_SEQUENCE:
+            return
+        for b in (*queue.ready, *queue.sent):
+            if b.sequence > failed.sequence:
+                b.sequence = rb.increment_sequence(b.sequence, -failed.count)
+                b.encoded = None
+                b.resequenced = True
+        queue.next_sequence = rb.increment_sequence(queue.next_sequence, -failed.count)
 
     def _complete(self, batch: _Batch, error: BaseException | None) -> None:
         batch.error = error

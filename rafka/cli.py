@@ -91,15 +91,36 @@ def _quiet_ray() -> None:
 
 
 def _local_ray_address(args: argparse.Namespace) -> str | None:
-    """Where this command will find Ray: ``--address``, this process's Ray, or the instance
-    running on this machine; None when there is none (an embedded one would be started)."""
+    """The Ray address this command will join: ``--address``, else the instance running on
+    this machine (``rafka up`` or ``ray start``); None when neither (or when this process is
+    already connected to Ray, as in tests)."""
     import ray
 
     from rafka.actors import service
 
     if args.address or ray.is_initialized():
-        return args.address or "this process"
+        return args.address
     return service._running_local_ray()
+
+
+def _join_ray(address: str, namespace: str | None) -> None:
+    """Connect this process to the Ray at ``address`` as ``service.ensure_ray`` would (which
+    then has nothing left to do), but without streaming every worker's and raylet's log lines
+    to this terminal: they are not the command's output."""
+    import logging
+
+    import ray
+
+    from rafka.actors.placement import default_namespace
+    from rafka.actors.service import AUTH_MODE_ENV
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault(AUTH_MODE_ENV, "disabled")
+    ray.init(
+        address=address, namespace=namespace or default_namespace(), log_to_driver=False,
+        logging_level=logging.WARNING,
+    )  # fmt: skip
 
 
 def _no_ray() -> RafkaError:
@@ -111,30 +132,50 @@ def _no_ray() -> RafkaError:
 
 
 @contextlib.contextmanager
+def _ray_session() -> Iterator[None]:
+    """Disconnect from Ray at the end if this command connected: an explicit shutdown stops
+    Ray's log-printing thread, which otherwise may fail while the interpreter exits."""
+    _quiet_ray()
+    import ray
+
+    connected_before = ray.is_initialized()
+    try:
+        yield
+    finally:
+        if not connected_before and ray.is_initialized():
+            ray.shutdown()
+
+
+@contextlib.contextmanager
 def _connected(args: argparse.Namespace, need_ray: bool = False) -> Iterator[Any]:
     """A Cluster for this command: attach to the running services (BrokerNotAvailable if there
     are none). With no Ray anywhere, start an embedded one with its services for this command
     and stop them cleanly when it ends, unless ``need_ray`` (then BrokerNotAvailable)."""
+    import ray
+
     import rafka
 
-    _quiet_ray()
-    embedded = _local_ray_address(args) is None
-    if embedded and need_ray:
-        raise _no_ray()
-    if embedded:
-        from rafka.actors.placement import default_data_root
-
-        print(
-            f"note: no Ray instance runs on this machine: starting an embedded one for this "
-            f"command, data in {default_data_root()} (`rafka up` starts one that stays)",
-            file=sys.stderr,
-        )
-    cluster = rafka.connect(args.address, namespace=args.namespace, start=embedded)
-    try:
-        yield cluster
-    finally:
+    with _ray_session():
+        address = _local_ray_address(args)
+        embedded = address is None and not ray.is_initialized()
+        if embedded and need_ray:
+            raise _no_ray()
         if embedded:
-            cluster.shutdown()  # replicas flush and close; Ray stops with this process
+            from rafka.actors.placement import default_data_root
+
+            print(
+                "note: no Ray instance runs on this machine: starting an embedded one for this "
+                f"command, data in {default_data_root()} (`rafka up` starts one that stays)",
+                file=sys.stderr,
+            )
+        if address is not None:
+            _join_ray(address, args.namespace)
+        cluster = rafka.connect(address, namespace=args.namespace, start=embedded)
+        try:
+            yield cluster
+        finally:
+            if embedded:
+                cluster.shutdown()  # replicas flush and close; the data stays
 
 
 # -- up, status, down ------------------------------------------------------------------------
@@ -175,22 +216,27 @@ def _add_up(commands: argparse._SubParsersAction) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    _quiet_ray()
+    with _ray_session():
+        return _bring_up(args)
+
+
+def _bring_up(args: argparse.Namespace) -> int:
     import ray
 
     import rafka
     from rafka.actors import service
-    from rafka.actors.placement import default_data_root
+    from rafka.actors.placement import DEFAULT_NAMESPACE, default_data_root
 
-    started_ray = False
-    if _local_ray_address(args) is None:
+    address = _local_ray_address(args)
+    started_ray = address is None and not ray.is_initialized()
+    if started_ray:
         _start_ray_head()
-        started_ray = True
+        address = _local_ray_address(args) or "auto"
     namespace = _namespace(args)
-    service.ensure_ray(args.address or "auto", namespace)
+    _join_ray(address, namespace)
     already = service.find_controller(namespace) is not None
     cluster = rafka.connect(
-        args.address or "auto", data_dir=args.data_dir, namespace=namespace,
+        address, data_dir=args.data_dir, namespace=namespace,
         auto_create_topics=args.auto_create_topics, controller_disk=args.controller_disk,
     )  # fmt: skip
     status = cluster.status()
@@ -209,18 +255,18 @@ def _up(args: argparse.Namespace) -> int:
         if args.auto_create_topics or args.controller_disk:
             print("note: the services were already running: --auto-create-topics and "
                   "--controller-disk apply only when they first start", file=sys.stderr)
-    address = ray.get_runtime_context().gcs_address
-    out = sys.stdout
+    gcs = ray.get_runtime_context().gcs_address
     how = "started a Ray head on this machine" if started_ray else "joined the running Ray"
-    verb = "was already up" if already else "is up"
-    out.write(f"rafka {verb} in Ray namespace {namespace!r} (Ray at {address}; {how})\n")
+    out = sys.stdout
+    out.write(f"rafka {'was already' if already else 'is'} up in Ray namespace {namespace!r} "
+              f"(Ray at {gcs}; {how})\n")  # fmt: skip
     _write_status(status, out)
-    ns = "" if namespace == "rafka" else f", namespace={namespace!r}"
+    default = namespace == DEFAULT_NAMESPACE
     out.write(
         "\nconnect from Python:\n"
         "    import rafka\n"
-        f"    cluster = rafka.connect({address!r}{ns})\n"
-        f"stop with: rafka down{'' if not ns else f' --namespace {namespace}'}"
+        f'    cluster = rafka.connect("{gcs}"{"" if default else f", namespace={namespace!r}"})\n'
+        f"stop with: rafka down{'' if default else f' --namespace {namespace}'}"
         "   (--stop-ray also stops Ray on this machine)\n"
     )
     return 0
@@ -267,13 +313,8 @@ def _add_status(commands: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import rafka
-
-    _quiet_ray()
-    if _local_ray_address(args) is None:
-        raise _no_ray()
-    cluster = rafka.connect(args.address, namespace=args.namespace, start=False)
-    status = cluster.status()
+    with _connected(args, need_ray=True) as cluster:
+        status = cluster.status()
     if args.json:
         sys.stdout.write(json.dumps(status, indent=2, sort_keys=True) + "\n")
     else:
@@ -318,35 +359,8 @@ def _add_down(commands: argparse._SubParsersAction) -> None:
 
 
 def _down(args: argparse.Namespace) -> int:
-    _quiet_ray()
-    namespace = _namespace(args)
-    if _local_ray_address(args) is None:
-        print("no Ray instance runs on this machine: no rafka services to stop")
-    else:
-        import ray
-
-        from rafka.actors import service
-        from rafka.connection import Cluster
-
-        service.ensure_ray(args.address, namespace)
-        directories: list[str] = []
-        if service.find_controller(namespace) is not None:
-            with contextlib.suppress(RafkaError):
-                status = Cluster(namespace, args.address).status()
-                directories = [b["directory"] for b in status["brokers"] if b.get("directory")]
-        stopped = service.stop_services(namespace)
-        if not any(stopped.values()):
-            print(f"no rafka services run in Ray namespace {namespace!r}")
-        else:
-            print(
-                f"stopped {stopped['replicas']} replica(s), {stopped['agents']} node agent(s) "
-                f"and {'the' if stopped['controller'] else 'no'} controller in Ray namespace "
-                f"{namespace!r}"
-            )
-            if directories:
-                print(f"the data stays in {', '.join(directories)}")
-        if args.stop_ray:
-            ray.shutdown()
+    with _ray_session():
+        _stop_services(args)
     if args.stop_ray:
         sys.stdout.flush()
         done = subprocess.run([_ray_executable(), "stop"], env=_ray_env())
@@ -354,6 +368,36 @@ def _down(args: argparse.Namespace) -> int:
             print(f"error: `ray stop` failed with status {done.returncode}", file=sys.stderr)
             return 1
     return 0
+
+
+def _stop_services(args: argparse.Namespace) -> None:
+    import ray
+
+    from rafka.actors import service
+    from rafka.connection import Cluster
+
+    namespace = _namespace(args)
+    address = _local_ray_address(args)
+    if address is None and not ray.is_initialized():
+        print("no Ray instance runs on this machine: no rafka services to stop")
+        return
+    if address is not None:
+        _join_ray(address, namespace)
+    directories: list[str] = []
+    if service.find_controller(namespace) is not None:
+        with contextlib.suppress(RafkaError):
+            status = Cluster(namespace, address).status()
+            directories = [b["directory"] for b in status["brokers"] if b.get("directory")]
+    stopped = service.stop_services(namespace)
+    if not any(stopped.values()):
+        print(f"no rafka services run in Ray namespace {namespace!r}")
+        return
+    print(
+        f"stopped {stopped['replicas']} replica(s), {stopped['agents']} node agent(s) and "
+        f"{'the' if stopped['controller'] else 'no'} controller in Ray namespace {namespace!r}"
+    )
+    if directories:
+        print(f"the data stays in {', '.join(directories)}")
 
 
 # -- topics ----------------------------------------------------------------------------------
@@ -783,46 +827,43 @@ def _consume(args: argparse.Namespace) -> int:
                 consumer.seek_to_beginning()
             else:
                 consumer.seek_to_end()
-            count = 0
+            printed = [0]
             try:
-                count = _print_records(consumer, tps, args)
-            except KeyboardInterrupt:
-                count = -1
+                _print_records(consumer, tps, args, printed)
+            except KeyboardInterrupt:  # Ctrl-C ends --follow: say how far it got
+                print(f"\nconsumed {printed[0]} records", file=sys.stderr)
                 raise
-            finally:
-                if count >= 0:
-                    print(f"consumed {count} records", file=sys.stderr)
+    print(f"consumed {printed[0]} records", file=sys.stderr)
     return 0
 
 
-def _print_records(consumer, tps: list, args: argparse.Namespace) -> int:
-    """Poll and print until a stop condition; returns how many records were printed."""
+def _print_records(consumer, tps: list, args: argparse.Namespace, printed: list) -> None:
+    """Poll and print until a stop condition, counting the records in ``printed[0]``."""
     ends = None
     if args.from_beginning and not args.follow:
         ends = consumer.end_offsets(tps)  # stop once the log as it is now has been read
     formatter = _FORMATS[args.format]
     out = sys.stdout
     idle_s = args.timeout_ms / 1000
-    count = 0
     last = time.monotonic()
     while True:
         if ends is not None and all(consumer.position(tp) >= ends[tp] for tp in tps):
-            return count
+            return
         if args.follow:
             wait_s = 1.0
         else:
             wait_s = min(1.0, idle_s - (time.monotonic() - last))
             if wait_s <= 0:
-                return count
-        limit = args.max_messages - count if args.max_messages else None
+                return
+        limit = args.max_messages - printed[0] if args.max_messages else None
         records = consumer.poll(timeout_ms=int(wait_s * 1000), max_records=limit)
         if records:
             out.write("".join(map(formatter, records)))
             out.flush()
-            count += len(records)
+            printed[0] += len(records)
             last = time.monotonic()
-            if args.max_messages and count >= args.max_messages:
-                return count
+            if args.max_messages and printed[0] >= args.max_messages:
+                return
 
 
 def _text(data) -> str | None:

@@ -70,7 +70,11 @@ class Cluster:
 
     def shutdown(self) -> dict[str, int]:
         """Stop every service cleanly (replicas flush and close). Data stays on disk."""
-        return service.stop_services(self.namespace)
+        try:
+            return service.stop_services(self.namespace)
+        finally:
+            self.gateway.reset()
+            self._metadata = None
 
     def __reduce__(self):
         return (_attach, (self.namespace, self.address, self.auto_create_topics))

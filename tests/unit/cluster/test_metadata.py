@@ -1,0 +1,708 @@
+"""The metadata image and the controller's decisions: records in, image out, nothing else.
+
+Every change to the image is a record; replaying ``to_records()`` rebuilds an equal image, and
+the controller's functions only return records (a refused request changes nothing)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rafka.cluster import controller
+from rafka.cluster.metadata import (
+    NO_LEADER,
+    BrokerState,
+    MetadataImage,
+    PartitionState,
+    TopicState,
+)
+from rafka.cluster.placement import assign_replicas
+from rafka.errors import (
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidTopic,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+
+BROKERS = [0, 1, 2]
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def commit(image: MetadataImage, records: list[dict]) -> None:
+    """Apply ``records`` at the offsets the metadata log would give them."""
+    for record in records:
+        image.apply(record, image.offset + 1)
+
+
+def image_with(*records: dict) -> MetadataImage:
+    image = MetadataImage()
+    commit(image, list(records))
+    return image
+
+
+def state(image: MetadataImage):
+    """Everything an image holds, deep-copied, for equality checks."""
+    return copy.deepcopy(
+        (image.topics, image.topic_ids, image.brokers, image.next_producer_id, image.offset)
+    )
+
+
+def rebuilt(image: MetadataImage) -> MetadataImage:
+    copy_ = MetadataImage()
+    for record in image.to_records():
+        copy_.apply(record, image.offset)
+    return copy_
+
+
+def same_content(a: MetadataImage, b: MetadataImage) -> bool:
+    return (a.topics, a.topic_ids, a.brokers, a.next_producer_id) == (
+        b.topics, b.topic_ids, b.brokers, b.next_producer_id,
+    )  # fmt: skip
+
+
+def created(image: MetadataImage, name: str, partitions=3, rf=2, config=None, **kw) -> str:
+    topic_id, records = controller.create_topic(
+        image, name, partitions, rf, config, kw.pop("brokers", BROKERS), **kw
+    )
+    commit(image, records)
+    return topic_id
+
+
+def topic_record(topic_id="t1", name="orders", config=None, internal=False) -> dict:
+    return {"type": "topic", "topic_id": topic_id, "name": name, "config": config or {},
+            "internal": internal}  # fmt: skip
+
+
+def partition_record(topic_id="t1", partition=0, replicas=(0, 1), isr=None, leader=None,
+                     leader_epoch=0) -> dict:  # fmt: skip
+    replicas = list(replicas)
+    return {
+        "type": "partition", "topic_id": topic_id, "partition": partition,
+        "replicas": replicas, "isr": list(isr if isr is not None else replicas),
+        "leader": replicas[0] if leader is None else leader, "leader_epoch": leader_epoch,
+    }  # fmt: skip
+
+
+# -- MetadataImage.apply, record by record -----------------------------------------------------
+
+
+def test_empty_image_has_offset_minus_one_and_nothing_in_it():
+    """A new image knows no topics, brokers or producer ids and has applied no record."""
+    image = MetadataImage()
+    assert (image.topics, image.topic_ids, image.brokers) == ({}, {}, {})
+    assert image.next_producer_id == 0
+    assert image.offset == -1
+
+
+def test_broker_record_adds_the_disk_under_its_broker_id():
+    """A broker record maps the broker id to its disk; broker_for_disk finds it back."""
+    image = image_with({"type": "broker", "broker_id": 4, "disk": "/d/a"})
+    assert image.brokers == {4: BrokerState(4, "/d/a")}
+    assert image.broker_for_disk("/d/a") == BrokerState(4, "/d/a")
+    assert image.broker_for_disk("/d/b") is None
+    assert image.offset == 0
+
+
+def test_topic_record_creates_a_topic_findable_by_name():
+    """A topic record registers the topic by id and by name, with no partitions yet."""
+    image = image_with(topic_record(config={"retention.ms": 5}, internal=True))
+    topic = image.topic("orders")
+    assert topic == TopicState("t1", "orders", {"retention.ms": 5}, True, {})
+    assert image.topic_ids == {"orders": "t1"}
+
+
+def test_unknown_topic_name_raises_unknown_topic_naming_it():
+    """Looking up a name no topic has raises UnknownTopicOrPartition saying which."""
+    with pytest.raises(UnknownTopicOrPartition, match="'nope'"):
+        MetadataImage().topic("nope")
+
+
+def test_partition_record_sets_the_whole_partition_state():
+    """A partition record creates a partition with replicas, ISR, leader and epoch."""
+    image = image_with(topic_record(), partition_record(replicas=(2, 0), leader_epoch=0))
+    assert image.topic("orders").partitions == {0: PartitionState(0, [2, 0], [2, 0], 2, 0)}
+
+
+def test_later_partition_record_replaces_leadership():
+    """A second record for the same partition replaces its state (a leader change)."""
+    image = image_with(
+        topic_record(),
+        partition_record(replicas=(0, 1)),
+        partition_record(replicas=(0, 1), isr=(1,), leader=1, leader_epoch=1),
+    )
+    assert image.topic("orders").partitions[0] == PartitionState(0, [0, 1], [1], 1, 1)
+
+
+def test_partition_record_may_leave_a_partition_leaderless():
+    """NO_LEADER with an empty ISR is a valid state (every replica is down)."""
+    image = image_with(
+        topic_record(), partition_record(replicas=(0,), isr=(), leader=NO_LEADER, leader_epoch=3)
+    )
+    assert image.topic("orders").partitions[0].leader == NO_LEADER
+
+
+def test_config_record_replaces_the_overrides():
+    """A config record replaces the topic's overrides as a whole (not merged)."""
+    image = image_with(
+        topic_record(config={"retention.ms": 1, "segment.bytes": 1024}),
+        {"type": "config", "topic_id": "t1", "config": {"cleanup.policy": "compact"}},
+    )
+    assert image.topic("orders").config == {"cleanup.policy": "compact"}
+
+
+def test_delete_record_removes_the_topic_and_frees_its_name():
+    """After a delete the name is unknown and can be created again under a new id."""
+    image = image_with(
+        topic_record(), partition_record(), {"type": "delete", "topic_id": "t1"}
+    )
+    assert image.topics == {} and image.topic_ids == {}
+    commit(image, [topic_record(topic_id="t2")])
+    assert image.topic("orders").topic_id == "t2"
+
+
+def test_producer_ids_record_never_moves_the_counter_back():
+    """The producer-id counter takes the largest ``next`` it has seen."""
+    image = image_with({"type": "producer_ids", "next": 2000})
+    assert image.next_producer_id == 2000
+    commit(image, [{"type": "producer_ids", "next": 1000}])
+    assert image.next_producer_id == 2000
+
+
+def test_unknown_record_type_raises_naming_type_and_offset_and_keeps_offset():
+    """A record of an unknown type is refused with its type and offset; offset stays."""
+    image = image_with({"type": "broker", "broker_id": 0, "disk": "d"})
+    with pytest.raises(ValueError, match=r"'bogus' at offset 7"):
+        image.apply({"type": "bogus"}, 7)
+    assert image.offset == 0
+
+
+def test_apply_records_the_offset_it_was_given():
+    """``offset`` is the metadata-log offset of the last record applied."""
+    image = MetadataImage()
+    image.apply({"type": "broker", "broker_id": 0, "disk": "d"}, 41)
+    assert image.offset == 41
+
+
+def test_apply_copies_lists_and_dicts_out_of_the_record():
+    """Mutating a record after applying it does not change the image."""
+    config = {"retention.ms": 1}
+    part = partition_record()
+    image = image_with(topic_record(config=config), part)
+    config["retention.ms"] = 2
+    part["replicas"].append(9)
+    part["isr"].clear()
+    topic = image.topic("orders")
+    assert topic.config == {"retention.ms": 1}
+    assert topic.partitions[0].replicas == [0, 1] and topic.partitions[0].isr == [0, 1]
+
+
+def test_replicas_on_lists_every_partition_a_broker_holds():
+    """replicas_on(b) gives exactly the (topic, partition) pairs whose replicas include b."""
+    image = image_with(
+        topic_record(),
+        partition_record(partition=0, replicas=(0, 1)),
+        partition_record(partition=1, replicas=(1, 2)),
+        partition_record(partition=2, replicas=(2, 0)),
+    )
+    assert sorted(p.partition for _t, p in image.replicas_on(1)) == [0, 1]
+    assert sorted(p.partition for _t, p in image.replicas_on(0)) == [0, 2]
+    assert image.replicas_on(5) == []
+
+
+# -- to_records rebuilds an equal image --------------------------------------------------------
+
+
+@st.composite
+def record_sequences(draw):
+    """A valid sequence of metadata records: every record refers to things that exist."""
+    records: list[dict] = []
+    topics: dict[str, dict] = {}  # topic id -> {"name", "partitions"}
+    names = set()
+    next_id = 0
+    for _ in range(draw(st.integers(0, 40))):
+        kinds = ["broker", "topic", "producer_ids"]
+        if topics:
+            kinds += ["partition", "config", "delete"]
+        kind = draw(st.sampled_from(kinds))
+        if kind == "broker":
+            records.append({"type": "broker", "broker_id": draw(st.integers(0, 6)),
+                            "disk": draw(st.sampled_from(["/a", "/b", "/c", "/d"]))})  # fmt: skip
+        elif kind == "topic":
+            name = draw(st.text("abc._-", min_size=1, max_size=5))
+            if name in names:
+                continue
+            topic_id = f"id{next_id}"
+            next_id += 1
+            names.add(name)
+            topics[topic_id] = {"name": name, "partitions": 0}
+            records.append(topic_record(
+                topic_id, name, draw(st.dictionaries(
+                    st.sampled_from(["retention.ms", "segment.bytes", "cleanup.policy"]),
+                    st.one_of(st.integers(0, 10**6), st.sampled_from(["compact", "delete"])),
+                )), draw(st.booleans()),
+            ))  # fmt: skip
+        elif kind == "partition":
+            topic_id = draw(st.sampled_from(sorted(topics)))
+            count = topics[topic_id]["partitions"]
+            partition = draw(st.integers(0, count))  # an existing one, or the next
+            topics[topic_id]["partitions"] = max(count, partition + 1)
+            replicas = draw(st.lists(st.integers(0, 6), min_size=1, max_size=3, unique=True))
+            isr = [b for b in replicas if draw(st.booleans())]
+            leader = isr[0] if isr else NO_LEADER
+            records.append(partition_record(
+                topic_id, partition, replicas, isr, leader, draw(st.integers(0, 50))
+            ))  # fmt: skip
+        elif kind == "config":
+            records.append({"type": "config", "topic_id": draw(st.sampled_from(sorted(topics))),
+                            "config": draw(st.dictionaries(
+                                st.sampled_from(["retention.ms", "flush.ms"]),
+                                st.integers(0, 10**9)))})  # fmt: skip
+        elif kind == "delete":
+            topic_id = draw(st.sampled_from(sorted(topics)))
+            names.discard(topics.pop(topic_id)["name"])
+            records.append({"type": "delete", "topic_id": topic_id})
+        else:
+            records.append({"type": "producer_ids", "next": draw(st.integers(0, 10**6))})
+    return records
+
+
+@given(record_sequences())
+def test_to_records_rebuilds_an_equal_image(records):
+    """Replaying an image's to_records() from empty gives the same topics, partitions,
+    configs, brokers and producer-id counter, whatever records built it."""
+    image = image_with(*records)
+    copy_ = rebuilt(image)
+    assert same_content(copy_, image)
+    assert copy_.to_records() == image.to_records()
+
+
+@given(record_sequences())
+def test_rebuilt_image_shares_no_mutable_state_with_the_original(records):
+    """A snapshot's records are copies: changing the original image afterwards (as later
+    records do) leaves the rebuilt one as it was."""
+    image = image_with(*records)
+    copy_ = rebuilt(image)
+    before = state(copy_)
+    for topic in image.topics.values():
+        topic.config["mutated"] = True
+        for p in topic.partitions.values():
+            p.replicas.append(99)
+            p.isr.append(99)
+    assert state(copy_) == before
+
+
+@given(record_sequences())
+def test_applying_records_in_two_halves_equals_applying_them_at_once(records):
+    """Snapshot-then-replay: rebuilding from a snapshot of a prefix and applying the rest
+    gives the image that applying every record gives."""
+    cut = len(records) // 2
+    whole = image_with(*records)
+    prefix = image_with(*records[:cut])
+    resumed = rebuilt(prefix)
+    commit(resumed, records[cut:])
+    assert same_content(resumed, whole)
+
+
+# -- controller.create_topic -------------------------------------------------------------------
+
+
+def test_create_topic_returns_a_topic_record_then_one_record_per_partition():
+    """The records name a fresh topic id; each partition starts with its replicas as ISR,
+    the first replica as leader and leader epoch 0."""
+    image = MetadataImage()
+    topic_id, records = controller.create_topic(image, "orders", 4, 2, None, BROKERS)
+    assert records[0] == topic_record(topic_id, "orders", {}, False)
+    plan = assign_replicas(topic_id, 0, 4, 2, BROKERS)
+    assert records[1:] == [partition_record(topic_id, p, plan[p]) for p in range(4)]
+    commit(image, records)
+    topic = image.topic("orders")
+    assert sorted(topic.partitions) == [0, 1, 2, 3]
+    for p in topic.partitions.values():
+        assert len(set(p.replicas)) == 2 and p.leader == p.replicas[0] and p.isr == p.replicas
+
+
+def test_create_topic_gives_every_topic_a_new_id():
+    """Two topics never share an id."""
+    image = MetadataImage()
+    ids = {created(image, f"t{i}", partitions=1, rf=1) for i in range(20)}
+    assert len(ids) == 20
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "has space", "x" * 250, "é", "a/b", None, 7])
+def test_create_topic_refuses_illegal_names(name):
+    """Names Kafka refuses raise InvalidTopic."""
+    with pytest.raises(InvalidTopic):
+        controller.create_topic(MetadataImage(), name, 1, 1, None, BROKERS)
+
+
+@pytest.mark.parametrize("name", ["__consumer_offsets", "__transaction_state"])
+def test_create_topic_refuses_internal_names_unless_rafka_creates_them(name):
+    """Users may not create internal topics; rafka may, and marks them internal."""
+    image = MetadataImage()
+    with pytest.raises(InvalidTopic, match="internal"):
+        controller.create_topic(image, name, 1, 1, None, BROKERS)
+    topic_id, records = controller.create_topic(image, name, 1, 1, None, BROKERS, internal=True)
+    assert records[0]["internal"] is True
+    commit(image, records)
+    assert image.topic(name).internal
+
+
+def test_create_topic_refuses_an_existing_name_with_topic_already_exists():
+    """Creating a topic twice raises TopicAlreadyExists naming it."""
+    image = MetadataImage()
+    created(image, "orders")
+    with pytest.raises(TopicAlreadyExists, match="'orders'"):
+        controller.create_topic(image, "orders", 3, 2, None, BROKERS)
+
+
+@pytest.mark.parametrize(
+    "existing, new", [("a.b", "a_b"), ("a_b", "a.b"), ("x.y_z", "x_y.z"), ("..a", "__a")]
+)
+def test_create_topic_refuses_names_differing_only_in_dot_and_underscore(existing, new):
+    """Names equal up to '.' vs '_' collide: InvalidTopic names the existing topic."""
+    image = MetadataImage()
+    created(image, existing, partitions=1, rf=1)
+    with pytest.raises(InvalidTopic, match="collides") as info:
+        controller.create_topic(image, new, 1, 1, None, BROKERS)
+    assert repr(existing) in str(info.value)
+
+
+def test_create_topic_allows_names_that_differ_otherwise():
+    """'a.b' and 'a-b' do not collide."""
+    image = MetadataImage()
+    created(image, "a.b", partitions=1, rf=1)
+    created(image, "a-b", partitions=1, rf=1)
+    assert set(image.topic_ids) == {"a.b", "a-b"}
+
+
+@pytest.mark.parametrize(
+    "partitions", [0, -1, True, False, 1.0, "3", None, controller.MAX_PARTITIONS + 1]
+)
+def test_create_topic_refuses_partition_counts_that_are_not_positive_ints(partitions):
+    """0, negatives, bools, non-ints and counts above MAX_PARTITIONS raise InvalidPartitions."""
+    with pytest.raises(InvalidPartitions):
+        controller.create_topic(MetadataImage(), "t", partitions, 1, None, BROKERS)
+
+
+@pytest.mark.parametrize("rf, brokers", [(4, [0, 1, 2]), (1, []), (0, [0, 1]), (-1, [0])])
+def test_create_topic_refuses_impossible_replication_factors(rf, brokers):
+    """A replication factor above the live broker count (or below 1) raises
+    InvalidReplicationFactor."""
+    with pytest.raises(InvalidReplicationFactor):
+        controller.create_topic(MetadataImage(), "t", 1, rf, None, brokers)
+
+
+def test_create_topic_places_replicas_only_on_the_live_brokers_given():
+    """Every replica lands on one of the brokers passed in."""
+    _tid, records = controller.create_topic(MetadataImage(), "t", 10, 2, None, [3, 7, 9])
+    for record in records[1:]:
+        assert set(record["replicas"]) <= {3, 7, 9}
+
+
+def test_create_topic_normalises_config_to_the_values_logconfig_parsed():
+    """Overrides are stored as LogConfig reads them (string numbers become ints, policy
+    lists become 'a,b'), and only the overrides given."""
+    _tid, records = controller.create_topic(
+        MetadataImage(), "t", 1, 1,
+        {"retention.ms": "3600000", "cleanup.policy": "delete, compact",
+         "unclean.leader.election.enable": "TRUE"},
+        BROKERS,
+    )  # fmt: skip
+    assert records[0]["config"] == {
+        "retention.ms": 3600000, "cleanup.policy": "compact,delete",
+        "unclean.leader.election.enable": True,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "config, named",
+    [({"retention.msx": 1}, "retention.msx"), ({"retention.ms": -2}, "retention.ms"),
+     ({"segment.bytes": "big"}, "segment.bytes"), ({"cleanup.policy": "keep"}, "cleanup.policy"),
+     ([("retention.ms", 1)], "dict"), ("retention.ms=1", "dict")],
+)  # fmt: skip
+def test_create_topic_refuses_bad_config_naming_the_property(config, named):
+    """Unknown names, out-of-range values and non-dict configs raise InvalidConfig."""
+    with pytest.raises(InvalidConfig, match=named):
+        controller.create_topic(MetadataImage(), "t", 1, 1, config, BROKERS)
+
+
+def test_validate_config_of_none_is_no_overrides():
+    """No config means no overrides."""
+    assert controller.validate_config(None) == {}
+    assert controller.validate_config({}) == {}
+
+
+# -- controller.create_partitions --------------------------------------------------------------
+
+
+def test_create_partitions_adds_only_the_new_partitions_with_the_same_replication():
+    """Growing 3 -> 5 returns records for partitions 3 and 4, placed as a 5-partition topic
+    would have placed them, with the topic's replication factor."""
+    image = MetadataImage()
+    topic_id = created(image, "t", partitions=3, rf=2)
+    before = copy.deepcopy(image.topic("t").partitions)
+    records = controller.create_partitions(image, "t", 5, BROKERS)
+    plan = assign_replicas(topic_id, 0, 5, 2, BROKERS)
+    assert records == [partition_record(topic_id, p, plan[p]) for p in (3, 4)]
+    commit(image, records)
+    partitions = image.topic("t").partitions
+    assert sorted(partitions) == [0, 1, 2, 3, 4]
+    assert {p: partitions[p] for p in (0, 1, 2)} == before
+
+
+@pytest.mark.parametrize("total", [3, 2, 1, 0, -1])
+def test_create_partitions_never_shrinks_or_keeps_the_count(total):
+    """A count at or below the current one raises InvalidPartitions."""
+    image = MetadataImage()
+    created(image, "t", partitions=3)
+    with pytest.raises(InvalidPartitions):
+        controller.create_partitions(image, "t", total, BROKERS)
+
+
+def test_create_partitions_refuses_bool_and_oversized_counts():
+    """True is not a count; neither is one above MAX_PARTITIONS."""
+    image = MetadataImage()
+    created(image, "t", partitions=1, rf=1)
+    for total in (True, controller.MAX_PARTITIONS + 1, 2.0):
+        with pytest.raises(InvalidPartitions):
+            controller.create_partitions(image, "t", total, BROKERS)
+
+
+def test_create_partitions_of_unknown_or_internal_topic_is_refused():
+    """Unknown topics raise UnknownTopicOrPartition; internal ones InvalidTopic."""
+    image = MetadataImage()
+    created(image, "__consumer_offsets", partitions=1, rf=1, internal=True)
+    with pytest.raises(UnknownTopicOrPartition):
+        controller.create_partitions(image, "nope", 4, BROKERS)
+    with pytest.raises(InvalidTopic, match="internal"):
+        controller.create_partitions(image, "__consumer_offsets", 4, BROKERS)
+
+
+def test_create_partitions_needs_enough_brokers_for_the_replication_factor():
+    """With fewer live brokers than the topic's replication factor, growing is refused."""
+    image = MetadataImage()
+    created(image, "t", partitions=1, rf=3)
+    with pytest.raises(InvalidReplicationFactor):
+        controller.create_partitions(image, "t", 2, [0, 1])
+
+
+# -- controller.alter_config -------------------------------------------------------------------
+
+
+def test_alter_config_sets_values_and_keeps_other_overrides():
+    """Setting a property merges it into the existing overrides, normalised."""
+    image = MetadataImage()
+    topic_id = created(image, "t", config={"retention.ms": 1000})
+    records = controller.alter_config(image, "t", {"segment.bytes": "2048"})
+    assert records == [{"type": "config", "topic_id": topic_id,
+                        "config": {"retention.ms": 1000, "segment.bytes": 2048}}]  # fmt: skip
+    commit(image, records)
+    assert image.topic("t").config == {"retention.ms": 1000, "segment.bytes": 2048}
+
+
+def test_alter_config_with_none_resets_a_property_to_its_default():
+    """A None value removes the override; resetting one that is not set changes nothing."""
+    image = MetadataImage()
+    created(image, "t", config={"retention.ms": 1000, "segment.bytes": 2048})
+    commit(image, controller.alter_config(image, "t", {"retention.ms": None, "flush.ms": None}))
+    assert image.topic("t").config == {"segment.bytes": 2048}
+
+
+def test_alter_config_refuses_bad_values_naming_them():
+    """A bad value or unknown name raises InvalidConfig."""
+    image = MetadataImage()
+    created(image, "t")
+    with pytest.raises(InvalidConfig, match="min.insync.replicas"):
+        controller.alter_config(image, "t", {"min.insync.replicas": 0})
+    with pytest.raises(InvalidConfig, match="nonsense"):
+        controller.alter_config(image, "t", {"nonsense": 1})
+
+
+def test_alter_config_of_unknown_or_internal_topic_is_refused():
+    """Unknown topics raise UnknownTopicOrPartition; internal topics InvalidTopic."""
+    image = MetadataImage()
+    created(image, "__transaction_state", partitions=1, rf=1, internal=True)
+    with pytest.raises(UnknownTopicOrPartition):
+        controller.alter_config(image, "nope", {"retention.ms": 1})
+    with pytest.raises(InvalidTopic):
+        controller.alter_config(image, "__transaction_state", {"retention.ms": 1})
+
+
+# -- controller.delete_topic -------------------------------------------------------------------
+
+
+def test_delete_topic_returns_its_id_and_one_delete_record():
+    """Deleting gives the topic id and a delete record; applying it frees the name."""
+    image = MetadataImage()
+    topic_id = created(image, "t")
+    deleted_id, records = controller.delete_topic(image, "t")
+    assert deleted_id == topic_id
+    assert records == [{"type": "delete", "topic_id": topic_id}]
+    commit(image, records)
+    with pytest.raises(UnknownTopicOrPartition):
+        image.topic("t")
+    assert created(image, "t") != topic_id
+
+
+def test_delete_topic_refuses_unknown_and_internal_topics():
+    """Unknown topics raise UnknownTopicOrPartition; internal topics InvalidTopic."""
+    image = MetadataImage()
+    created(image, "__consumer_offsets", partitions=1, rf=1, internal=True)
+    with pytest.raises(UnknownTopicOrPartition):
+        controller.delete_topic(image, "t")
+    with pytest.raises(InvalidTopic):
+        controller.delete_topic(image, "__consumer_offsets")
+
+
+def test_deleting_a_topic_frees_its_collision_key():
+    """After 'a.b' is deleted, 'a_b' may be created."""
+    image = MetadataImage()
+    created(image, "a.b", partitions=1, rf=1)
+    commit(image, controller.delete_topic(image, "a.b")[1])
+    created(image, "a_b", partitions=1, rf=1)
+
+
+def test_check_known_returns_the_partition_or_names_the_valid_range():
+    """A known partition's state comes back; an unknown one raises naming the range."""
+    image = MetadataImage()
+    created(image, "t", partitions=2)
+    assert controller.check_known(image, "t", 1) is image.topic("t").partitions[1]
+    with pytest.raises(UnknownTopicOrPartition, match=r"0\.\.1, not 2"):
+        controller.check_known(image, "t", 2)
+
+
+# -- controller.register_broker ----------------------------------------------------------------
+
+
+def test_register_broker_gives_new_disks_new_ids_in_order():
+    """Unknown disks get ids 0, 1, 2, ... (one past the largest known)."""
+    image = MetadataImage()
+    for expected, disk in enumerate(["/a", "/b", "/c"]):
+        broker_id, records = controller.register_broker(image, disk, None)
+        assert broker_id == expected
+        assert records == [{"type": "broker", "broker_id": expected, "disk": disk}]
+        commit(image, records)
+
+
+def test_register_broker_returns_the_same_id_for_a_known_disk_without_records():
+    """A disk that re-joins keeps its id, whether or not it names it, and needs no record."""
+    image = MetadataImage()
+    commit(image, controller.register_broker(image, "/a", None)[1])
+    commit(image, controller.register_broker(image, "/b", None)[1])
+    assert controller.register_broker(image, "/b", None) == (1, [])
+    assert controller.register_broker(image, "/b", 1) == (1, [])
+
+
+def test_register_broker_takes_the_id_meta_properties_holds_for_a_new_disk():
+    """A disk that brings its own id (meta.properties) keeps it; the next new disk goes
+    past it."""
+    image = MetadataImage()
+    broker_id, records = controller.register_broker(image, "/a", 7)
+    assert broker_id == 7
+    commit(image, records)
+    assert controller.register_broker(image, "/b", None)[0] == 8
+
+
+def test_register_broker_refuses_an_id_that_belongs_to_another_disk():
+    """Two disks claiming one broker id (copied data) raise InvalidConfig naming both."""
+    image = MetadataImage()
+    commit(image, controller.register_broker(image, "/a", None)[1])
+    with pytest.raises(InvalidConfig, match="'/b'.*broker id 0.*'/a'"):
+        controller.register_broker(image, "/b", 0)
+
+
+# -- controller.allocate_producer_ids ----------------------------------------------------------
+
+
+def test_allocate_producer_ids_hands_out_disjoint_contiguous_blocks():
+    """Each applied allocation gives the next PRODUCER_ID_BLOCK ids, never reusing one."""
+    image = MetadataImage()
+    seen: set[int] = set()
+    blocks = []
+    for _ in range(5):
+        block, records = controller.allocate_producer_ids(image)
+        assert len(block) == controller.PRODUCER_ID_BLOCK
+        assert seen.isdisjoint(block)
+        seen.update(block)
+        blocks.append(block)
+        commit(image, records)
+    assert [b.start for b in blocks] == [i * controller.PRODUCER_ID_BLOCK for i in range(5)]
+
+
+def test_producer_ids_stay_unused_after_a_rebuild():
+    """A block handed out before a snapshot is not handed out again after it."""
+    image = MetadataImage()
+    first, records = controller.allocate_producer_ids(image)
+    commit(image, records)
+    second, _ = controller.allocate_producer_ids(rebuilt(image))
+    assert set(first).isdisjoint(second)
+
+
+# -- decisions never touch the image -----------------------------------------------------------
+
+
+def _populated() -> MetadataImage:
+    image = MetadataImage()
+    for disk in ("/a", "/b", "/c"):
+        commit(image, controller.register_broker(image, disk, None)[1])
+    created(image, "orders", partitions=3, rf=2, config={"retention.ms": 1000})
+    created(image, "a.b", partitions=1, rf=1)
+    created(image, "__consumer_offsets", partitions=2, rf=1, internal=True)
+    commit(image, controller.allocate_producer_ids(image)[1])
+    return image
+
+
+REFUSED = {
+    "illegal name": lambda i: controller.create_topic(i, "a b", 1, 1, None, BROKERS),
+    "internal name": lambda i: controller.create_topic(i, "__consumer_offsets", 1, 1, None,
+                                                       BROKERS),
+    "duplicate": lambda i: controller.create_topic(i, "orders", 1, 1, None, BROKERS),
+    "collision": lambda i: controller.create_topic(i, "a_b", 1, 1, None, BROKERS),
+    "zero partitions": lambda i: controller.create_topic(i, "new", 0, 1, None, BROKERS),
+    "rf too big": lambda i: controller.create_topic(i, "new", 1, 4, None, BROKERS),
+    "bad config": lambda i: controller.create_topic(i, "new", 1, 1, {"x": 1}, BROKERS),
+    "shrink": lambda i: controller.create_partitions(i, "orders", 2, BROKERS),
+    "grow internal": lambda i: controller.create_partitions(i, "__consumer_offsets", 5, BROKERS),
+    "grow unknown": lambda i: controller.create_partitions(i, "nope", 5, BROKERS),
+    "bad alter": lambda i: controller.alter_config(i, "orders", {"retention.ms": "soon"}),
+    "alter internal": lambda i: controller.alter_config(i, "__consumer_offsets", {}),
+    "delete unknown": lambda i: controller.delete_topic(i, "nope"),
+    "delete internal": lambda i: controller.delete_topic(i, "__consumer_offsets"),
+    "stolen broker id": lambda i: controller.register_broker(i, "/z", 0),
+}  # fmt: skip
+
+ACCEPTED = {
+    "create": lambda i: controller.create_topic(i, "new", 2, 2, {"retention.ms": 5}, BROKERS),
+    "grow": lambda i: controller.create_partitions(i, "orders", 6, BROKERS),
+    "alter": lambda i: controller.alter_config(i, "orders", {"retention.ms": None}),
+    "delete": lambda i: controller.delete_topic(i, "orders"),
+    "new broker": lambda i: controller.register_broker(i, "/z", None),
+    "producer ids": lambda i: controller.allocate_producer_ids(i),
+}
+
+
+@pytest.mark.parametrize("call", REFUSED.values(), ids=REFUSED.keys())
+def test_a_refused_request_leaves_the_image_unchanged(call):
+    """A decision function that raises has changed nothing in the image."""
+    image = _populated()
+    before = state(image)
+    with pytest.raises((InvalidTopic, InvalidPartitions, InvalidConfig, TopicAlreadyExists,
+                        InvalidReplicationFactor, UnknownTopicOrPartition)):  # fmt: skip
+        call(image)
+    assert state(image) == before
+
+
+@pytest.mark.parametrize("call", ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_an_accepted_request_only_returns_records(call):
+    """Decisions return records; the image changes only when they are applied."""
+    image = _populated()
+    before = state(image)
+    call(image)
+    assert state(image) == before
