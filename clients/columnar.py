@@ -13,6 +13,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from rafka.errors import CorruptRecord
 from rafka.storage import record_batch as rb
 
 
@@ -25,6 +26,9 @@ class BinaryColumn:
             array = array.cast(pa.binary())
         elif pa.types.is_string(array.type):
             array = array.view(pa.binary())
+        if array.null_count and _nulls_hold_bytes(array):
+            # Arrow lets a null slot keep bytes; the packed form must not carry them.
+            array = pa.array(array.to_pylist(), type=pa.binary())
         self.array = array
         self.null_count = array.null_count
         _validity, offsets_buf, data_buf = array.buffers()
@@ -56,6 +60,14 @@ class BinaryColumn:
         return rb.packed_column(lengths.tobytes(), self.data)
 
 
+def _nulls_hold_bytes(array: pa.Array) -> bool:
+    offsets = np.frombuffer(
+        array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=4 * array.offset
+    )
+    nulls = array.is_null().to_numpy(zero_copy_only=False)
+    return bool(np.diff(offsets)[nulls].any())
+
+
 def binary_column(values, what: str) -> BinaryColumn:
     """A BinaryColumn from a pyarrow binary/string array (or chunked array), a 2-D uint8 numpy
     array (one row per record) or a sequence of bytes/None."""
@@ -77,7 +89,7 @@ def binary_column(values, what: str) -> BinaryColumn:
             )
         n, width = values.shape
         data = np.ascontiguousarray(values).reshape(-1)
-        offsets = pa.py_buffer(np.arange(0, (n + 1) * width, width, dtype=np.int32))
+        offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int32) * width)
         buffers = [None, offsets, pa.py_buffer(data)]
         return BinaryColumn(pa.Array.from_buffers(pa.binary(), n, buffers))
     if isinstance(values, (bytes, str)):
@@ -130,6 +142,8 @@ def _binary_array(column, count: int) -> pa.Array:
         return pa.nulls(count, pa.binary())
     if isinstance(column, rb.PackedColumn):
         lengths = np.frombuffer(column.lengths, dtype=np.int32)
+        if len(lengths) != count:
+            raise CorruptRecord(f"packed column holds {len(lengths)} values, the batch {count}")
         valid = lengths >= 0
         offsets = np.zeros(count + 1, dtype=np.int32)
         np.cumsum(np.where(valid, lengths, 0), out=offsets[1:])
@@ -174,7 +188,7 @@ def batch_to_arrow(topic: str, partition: int, buf, pos: int, from_offset: int) 
     value_array = _binary_array(values, count)
     key_array = _binary_array(keys, count)
     if len(value_array) != count or len(key_array) != count or len(offsets) != count:
-        raise rb.CorruptRecord(
+        raise CorruptRecord(
             f"batch at base offset {header.base_offset} declares {count} records but its "
             "columns disagree"
         )

@@ -78,7 +78,7 @@ def make_config(
     enable_idempotence: bool | None = None,
 ) -> ProducerConfig:
     """Validate producer settings (Kafka's names, in snake case); InvalidConfig says which."""
-    if acks not in _ACKS:
+    if isinstance(acks, bool) or acks not in _ACKS:
         raise InvalidConfig(f"acks={acks!r} is invalid; use 0, 1 or 'all'")
     acks_n = _ACKS[acks]
     for name, value, low in (
@@ -88,9 +88,11 @@ def make_config(
         ("retry_backoff_ms", retry_backoff_ms, 0), ("request_timeout_ms", request_timeout_ms, 1),
         ("delivery_timeout_ms", delivery_timeout_ms, 1), ("max_in_flight", max_in_flight, 1),
     ):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
             raise InvalidConfig(f"{name}={value!r} is invalid; give a number >= {low}")
     try:
+        if compression is not None and not isinstance(compression, str):
+            raise ValueError(compression)
         codec = rb.Codec.from_name(compression or "none")
     except (ValueError, RafkaError) as e:
         raise InvalidConfig(
@@ -99,6 +101,11 @@ def make_config(
     if enable_idempotence is None:  # Kafka's rule: on unless a setting conflicts with it
         enable_idempotence = acks_n == -1 and retries > 0 and max_in_flight <= 5
     elif enable_idempotence:
+        if retries == 0:
+            raise InvalidConfig(
+                "enable_idempotence=True needs retries > 0 (got retries=0); the point of "
+                "idempotence is that a retry writes once"
+            )
         if acks_n != -1:
             raise InvalidConfig(
                 f"enable_idempotence=True needs acks='all' (got acks={acks!r}); set acks='all' "

@@ -40,6 +40,8 @@ class MetadataLog:
         self._since_snapshot = 0
         start = self._load_snapshot()
         self._replay(max(start, self.log.log_start_offset))
+        # Every record on disk was acknowledged only after its flush: all of it is committed.
+        self.log.update_high_watermark(self.log.log_end_offset)
 
     def _load_snapshot(self) -> int:
         path = os.path.join(self.directory, SNAPSHOT_FILE)
@@ -51,10 +53,10 @@ class MetadataLog:
         try:
             snapshot = msgpack.unpackb(blob)
             next_offset, records = snapshot["next_offset"], snapshot["records"]
-        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
-            raise CorruptRecord(f"metadata snapshot {path} is unreadable: {e}") from e
-        for record in records:
-            self.image.apply(record, next_offset - 1)
+            for record in records:
+                self.image.apply(record, next_offset - 1)
+        except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as e:
+            raise CorruptRecord(f"metadata snapshot {path} is unreadable: {e!r}") from e
         return next_offset
 
     def _replay(self, offset: int) -> None:

@@ -22,6 +22,8 @@ REPLICA_LAG_TIME_MAX_MS = 30_000
 class FollowerProgress:
     log_end_offset: int = 0
     last_caught_up_ms: int = 0
+    leader_end_at_last_fetch: int = 0  # the leader's log end when the previous fetch came
+    last_fetch_ms: int = 0
 
 
 class LeaderState:
@@ -62,10 +64,18 @@ class LeaderState:
         if progress is None:
             raise KeyError(follower)
         progress.log_end_offset = fetch_offset
+        # Caught up now if it has the leader's whole log; caught up as of its previous fetch if
+        # it has what the leader had then (Kafka's rule: a follower one batch behind a busy
+        # leader stays in sync).
         if fetch_offset >= self.log_end_offset:
             progress.last_caught_up_ms = now_ms
+        elif fetch_offset >= progress.leader_end_at_last_fetch:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
+        progress.leader_end_at_last_fetch = self.log_end_offset
+        progress.last_fetch_ms = now_ms
         if follower not in self.isr and fetch_offset >= self.high_watermark:
             self.isr.append(follower)
+            progress.last_caught_up_ms = now_ms
         return self._advance_high_watermark()
 
     def shrink_isr(self, now_ms: int) -> list[int]:

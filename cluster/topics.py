@@ -7,7 +7,7 @@ import re
 from rafka.errors import InvalidTopic
 
 MAX_NAME_LENGTH = 249
-LEGAL_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+LEGAL_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE})
@@ -26,8 +26,8 @@ def validate_topic_name(name: object) -> str:
         raise InvalidTopic(
             f"topic name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
         )
-    if not LEGAL_CHARS.match(name):
-        bad = sorted({c for c in name if not LEGAL_CHARS.match(c)})
+    if not LEGAL_CHARS.fullmatch(name):
+        bad = sorted({c for c in name if not LEGAL_CHARS.fullmatch(c)})
         raise InvalidTopic(
             f"topic name {name!r} contains {''.join(bad)!r}; "
             "legal characters are ASCII letters, digits, '.', '_' and '-'"
