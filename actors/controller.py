@@ -19,7 +19,7 @@ from rafka.cluster import controller as decide
 from rafka.cluster.metadata import PartitionState, TopicState
 from rafka.cluster.metadata_log import MetadataLog
 from rafka.cluster.topics import is_internal
-from rafka.errors import BrokerNotAvailable, UnknownTopicOrPartition
+from rafka.errors import BrokerNotAvailable, TopicAlreadyExists, UnknownTopicOrPartition
 from rafka.storage.config import LogConfig
 
 CONTROLLER_DIR = "controller"
@@ -196,7 +196,7 @@ class Controller:
                             name, int(self.settings.get("num.partitions", 1)),
                             int(self.settings.get("default.replication.factor", 1)), None,
                         )  # fmt: skip
-                    except decide.TopicAlreadyExists:
+                    except TopicAlreadyExists:
                         pass
             try:
                 out[name] = self._describe(self.image.topic(name))
@@ -222,9 +222,9 @@ class Controller:
         brokers = []
         for broker_id, broker in sorted(self.image.brokers.items()):
             try:
-                status = await self._agent(broker_id).status.remote()
+                status = await asyncio.wait_for(self._agent(broker_id).status.remote(), 10)
                 alive = True
-            except (BrokerNotAvailable, ray.exceptions.RayActorError):
+            except (BrokerNotAvailable, ray.exceptions.RayActorError, asyncio.TimeoutError):
                 status, alive = {}, False
             brokers.append({"broker_id": broker_id, "disk": broker.disk, "alive": alive, **status})
         return {

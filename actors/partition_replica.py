@@ -29,6 +29,7 @@ from rafka.errors import (
     RafkaError,
     RequestTimedOut,
 )
+from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import write_atomically
 from rafka.storage.compaction import compact, dirty_ratio
 from rafka.storage.config import LogConfig
@@ -189,15 +190,19 @@ class PartitionReplica:
             del self._next_request[client_id]
 
     async def produce(
-        self, batch, acks: int, timeout_ms: int, client_id: str = "", request_no: int = -1
+        self, batches, acks: int, timeout_ms: int, client_id: str = "", request_no: int = -1
     ) -> tuple:
-        """Append one client batch. Answers (errno, message, base_offset, log_append_time,
-        log_start_offset); with acks=-1 only once the high watermark passes the batch.
-        ``request_no`` numbers one client's requests to this partition from 0; they are
-        appended in that order (-1: no ordering asked)."""
+        """Append client batches (one or more, back to back), each on its own: one may fail
+        while the others are written. Answers (errno, message, log_start_offset, [(errno,
+        message, base_offset, log_append_time) per batch]); a request-level error (not the
+        leader, too few in-sync replicas) fails every batch. With acks=-1 the answer waits
+        until the high watermark passes the batches. ``request_no`` numbers one client's
+        requests to this partition from 0; they are appended in that order (-1: no order)."""
         appended = self._loop_ready()
         if request_no >= 0:
             await self._wait_turn(client_id, request_no, timeout_ms)
+        results = []
+        last_offset = -1
         try:
             try:
                 leader = self._leader()
@@ -208,20 +213,27 @@ class PartitionReplica:
                         f"replica(s), below min.insync.replicas={min_isr}; wait for replicas "
                         "to catch up or produce with acks=1"
                     )
-                info = self.log.append_as_leader(batch, leader.leader_epoch)
+                for batch in _split_batches(batches):
+                    try:
+                        info = self.log.append_as_leader(batch, leader.leader_epoch)
+                    except RafkaError as e:
+                        results.append((e.errno, str(e), -1, -1))
+                        continue
+                    results.append((0, "", info.first_offset, info.log_append_time))
+                    last_offset = max(last_offset, info.last_offset)
             finally:
                 if request_no >= 0:
                     await self._end_turn(client_id, request_no)
-            if not info.duplicate:
+            if self.log.log_end_offset > leader.log_end_offset:
                 self.log.update_high_watermark(leader.on_local_append(self.log.log_end_offset))
                 self.log.maybe_flush()
                 async with appended:
                     appended.notify_all()
-            if acks == -1 and self.log.high_watermark <= info.last_offset:
-                await self._await_high_watermark(info.last_offset + 1, timeout_ms)
+            if acks == -1 and self.log.high_watermark <= last_offset:
+                await self._await_high_watermark(last_offset + 1, timeout_ms)
         except RafkaError as e:
-            return (e.errno, str(e), -1, -1, -1)
-        return (0, "", info.first_offset, info.log_append_time, info.log_start_offset)
+            return (e.errno, str(e), -1, [])
+        return (0, "", self.log.log_start_offset, results)
 
     async def _await_high_watermark(self, offset: int, timeout_ms: int) -> None:
         appended = self._loop_ready()
@@ -331,6 +343,24 @@ class PartitionReplica:
             "segments": len(log_.segments), "pid": os.getpid(),
             "recovery": log_.recovery_report.summary() if log_.recovery_report else "",
         }  # fmt: skip
+
+
+def _split_batches(buffer) -> list:
+    """The batches in a request buffer, as views, split on their length fields only (each is
+    fully checked when it is appended). A malformed tail becomes one more piece, so its
+    append fails with CorruptRecord."""
+    view = memoryview(buffer).cast("B")
+    out = []
+    pos = 0
+    end = len(view)
+    while pos < end:
+        try:
+            size = rb.read_header(view, pos, check_codec=False).size
+        except RafkaError:
+            size = end - pos
+        out.append(view[pos : pos + size])
+        pos += size
+    return out
 
 
 def _read_state(directory: str) -> dict[str, Any] | None:

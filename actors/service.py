@@ -136,8 +136,7 @@ def stop_services(namespace: str, timeout_s: float = 120.0) -> dict[str, int]:
     stopped = {"replicas": 0, "agents": 0, "controller": 0}
     if controller is not None:
         stopped["replicas"] = ray.get(controller.stop_replicas.remote(), timeout=timeout_s)
-    for node in ray.nodes():
-        disk = (node.get("Labels") or {}).get(DISK_LABEL, DEFAULT_DISK)
+    for disk in live_disks():
         try:
             agent = ray.get_actor(agent_name(disk), namespace=namespace)
         except ValueError:

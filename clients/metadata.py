@@ -23,7 +23,9 @@ class TopicMetadata(NamedTuple):
 
 
 class MetadataCache:
-    """Thread-safe. ``topic`` answers from the cache; ``refresh`` asks the controller."""
+    """Thread-safe. ``topic`` answers from the cache; ``refresh`` asks the controller. As in
+    Kafka, clients ask for a missing topic to be created and the cluster decides
+    (``auto.create.topics.enable``, off by default)."""
 
     def __init__(self, gateway, allow_auto_create: bool = True) -> None:
         self.gateway = gateway

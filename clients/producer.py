@@ -52,7 +52,7 @@ class ProducerConfig(NamedTuple):
     batch_size: int = 512 * 1024
     buffer_memory: int = 64 * 1024 * 1024
     max_block_ms: int = 60_000
-    max_request_size: int = 1_048_576
+    max_request_size: int = 4 * 1024 * 1024
     compression: rb.Codec = rb.Codec.NONE
     retries: int = 2**31 - 1
     retry_backoff_ms: int = 100
@@ -68,7 +68,7 @@ def make_config(
     batch_size: int = 512 * 1024,
     buffer_memory: int = 64 * 1024 * 1024,
     max_block_ms: int = 60_000,
-    max_request_size: int = 1_048_576,
+    max_request_size: int = 4 * 1024 * 1024,
     compression: str | None = "none",
     retries: int = 2**31 - 1,
     retry_backoff_ms: int = 100,
@@ -226,12 +226,14 @@ class BulkFuture:
 
 class _PartitionQueue:
     __slots__ = (
-        "ready", "in_flight", "sent", "next_sequence", "retrying", "next_request", "session",
+        "ready", "in_flight", "requests_in_flight", "sent", "next_sequence", "retrying",
+        "next_request", "session",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self.ready: collections.deque[_Batch] = collections.deque()
-        self.in_flight = 0
+        self.in_flight = 0  # batches
+        self.requests_in_flight = 0
         self.sent: set[_Batch] = set()  # in flight
         self.next_sequence = 0
         # Requests to the partition are numbered from 0 per session and the leader appends
@@ -586,8 +588,8 @@ class Producer:
                 self._completions.clear()
             for batch, answer, error in completions:
                 self._handle_answer(batch, answer, error)
-            for batch in to_send:
-                self._dispatch(batch)
+            for request in to_send:
+                self._dispatch(request)
 
     def _next_wakeup(self) -> float | None:
         now = time.monotonic()
@@ -597,8 +599,9 @@ class Producer:
             return None
         return max(0.0, min(deadlines) - now) + 0.0005
 
-    def _collect_sendable(self) -> list[_Batch]:
-        """Batches to send now, in sequence order per partition (lock held)."""
+    def _collect_sendable(self) -> list[list[_Batch]]:
+        """Requests to send now: per partition, ready batches in sequence order, as many per
+        request as fit in max_request_size (one actor call carries them all). Lock held."""
         now = time.monotonic()
         linger = self.config.linger_ms / 1000
         for batch in list(self._open.values()):
@@ -606,50 +609,88 @@ class Producer:
                 self._seal(batch)
         out = []
         limit = self.config.max_in_flight
+        budget = self.config.max_request_size
         for queue in self._queues.values():
-            while queue.ready and queue.in_flight < limit:
-                head = queue.ready[0]
-                if head.retry_at > now:
+            while queue.ready and queue.requests_in_flight < limit:
+                if queue.ready[0].retry_at > now:
                     break
                 if queue.retrying and queue.in_flight:
                     break  # resend in order: wait until everything older has answered
-                queue.ready.popleft()
-                queue.in_flight += 1
-                queue.sent.add(head)
-                if head.attempts:
-                    queue.retrying = any(b.attempts for b in queue.ready)
-                out.append(head)
+                request: list[_Batch] = []
+                size = 0
+                while queue.ready and queue.ready[0].retry_at <= now:
+                    head = queue.ready[0]
+                    if request and (size + head.size > budget or head.attempts):
+                        break
+                    queue.ready.popleft()
+                    queue.in_flight += 1
+                    queue.sent.add(head)
+                    request.append(head)
+                    size += head.size
+                    if head.attempts:
+                        break  # a retried batch travels alone
+                queue.requests_in_flight += 1
+                queue.retrying = any(b.attempts for b in queue.ready)
+                out.append(request)
         return out
 
-    def _dispatch(self, batch: _Batch) -> None:
+    def _dispatch(self, request: list[_Batch]) -> None:
         config = self.config
+        first = request[0]
+        queue = self._queues[(first.topic, first.partition)]
         try:
-            if batch.encoded is None:
-                batch.encoded = self._encode(batch)
-            if len(batch.encoded) > config.max_request_size and batch.count > 1:
-                raise RecordTooLarge(
-                    f"batch of {batch.count} records encodes to {len(batch.encoded)} bytes, over "
-                    f"max_request_size={config.max_request_size}; lower batch_size"
-                )
-            meta = self._metadata.topic(batch.topic)
-            replica = self._metadata.replica(meta, batch.partition)
-            batch.attempts += 1
-            batch.resequenced = False
-            queue = self._queues[(batch.topic, batch.partition)]
+            for batch in request:
+                if batch.encoded is None:
+                    batch.encoded = self._encode(batch)
+                batch.attempts += 1
+                batch.resequenced = False
+            if len(request) == 1 and len(first.encoded) > config.max_request_size > 0:
+                if first.count > 1:
+                    raise RecordTooLarge(
+                        f"batch of {first.count} records encodes to {len(first.encoded)} bytes,"
+                        f" over max_request_size={config.max_request_size}; lower batch_size"
+                    )
+            meta = self._metadata.topic(first.topic)
+            replica = self._metadata.replica(meta, first.partition)
             request_no = queue.next_request
             queue.next_request += 1
+            payload = first.encoded if len(request) == 1 else b"".join(
+                b.encoded for b in request
+            )
             ref = self._gateway.produce(
-                replica, batch.encoded, config.acks, config.request_timeout_ms,
+                replica, payload, config.acks, config.request_timeout_ms,
                 f"{self.client_id}.{queue.session}", request_no,
             )  # fmt: skip
         except RafkaError as e:
-            self._post(batch, None, e)
+            self._post_request(request, None, e)
             return
         if config.acks == 0:
-            self._post(batch, (0, "", -1, -1, -1), None)
+            self._post_request(request, (0, "", -1, [(0, "", -1, -1)] * len(request)), None)
             return
         future = self._gateway.future(ref)
-        future.add_done_callback(lambda f, b=batch: self._post(b, *_outcome(f)))
+        future.add_done_callback(lambda f, r=request: self._post_request(r, *_outcome(f)))
+
+    def _post_request(self, request: list[_Batch], answer, error) -> None:
+        """Turn one request's answer into one completion per batch."""
+        with self._lock:
+            queue = self._queues[(request[0].topic, request[0].partition)]
+            queue.requests_in_flight -= 1
+            if error is None and (answer[0] != 0 or len(answer[3]) != len(request)):
+                if answer[0] == 0:
+                    error = IllegalState(
+                        f"the leader answered {len(answer[3])} results for {len(request)} batches"
+                    )
+                else:
+                    error = error_class(answer[0])(answer[1])
+            for i, batch in enumerate(request):
+                if error is not None:
+                    self._completions.append((batch, None, error))
+                else:
+                    errno, message, base_offset, append_time = answer[3][i]
+                    self._completions.append(
+                        (batch, (errno, message, base_offset, append_time, answer[2]), None)
+                    )
+            self._wake.notify_all()
 
     def _encode(self, batch: _Batch) -> bytes:
         common = dict(
@@ -664,11 +705,6 @@ class Producer:
             batch.timestamps if batch.timestamps is not None else batch.timestamp,
             batch.headers, **common,
         )  # fmt: skip
-
-    def _post(self, batch: _Batch, answer, error) -> None:
-        with self._lock:
-            self._completions.append((batch, answer, error))
-            self._wake.notify_all()
 
     def _handle_answer(self, batch: _Batch, answer, error: BaseException | None) -> None:
         if error is None and answer[0] != 0:

@@ -49,7 +49,7 @@ class Cluster:
     @property
     def metadata(self) -> MetadataCache:
         if self._metadata is None:
-            self._metadata = MetadataCache(self.gateway, self.auto_create_topics)
+            self._metadata = MetadataCache(self.gateway)
         return self._metadata
 
     def admin(self) -> Admin:
@@ -57,13 +57,11 @@ class Cluster:
 
     def producer(self, **settings: Any) -> Producer:
         """A Producer (see ``rafka.clients.producer.make_config`` for the settings)."""
-        return Producer(self.gateway, MetadataCache(self.gateway, self.auto_create_topics),
-                        **settings)  # fmt: skip
+        return Producer(self.gateway, MetadataCache(self.gateway), **settings)
 
     def consumer(self, **settings: Any) -> Consumer:
         """A Consumer with manual assignment (``assign``)."""
-        return Consumer(self.gateway, MetadataCache(self.gateway, self.auto_create_topics),
-                        **settings)  # fmt: skip
+        return Consumer(self.gateway, MetadataCache(self.gateway), **settings)
 
     def status(self) -> dict[str, Any]:
         return self.gateway.call_controller("describe_cluster")

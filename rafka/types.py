@@ -22,8 +22,8 @@ class RecordMetadata(NamedTuple):
 
 
 class Record(NamedTuple):
-    """One consumed record. ``headers`` is a list of (str, bytes | None) pairs, empty when the
-    record has none; ``key`` and ``value`` are deserialized when the consumer has
+    """One consumed record. ``headers`` is a sequence of (str, bytes | None) pairs (an empty
+    tuple when the record has none); ``key`` and ``value`` are deserialized when the consumer has
     deserializers, else bytes (or None)."""
 
     topic: str
@@ -32,7 +32,7 @@ class Record(NamedTuple):
     timestamp: int
     key: object
     value: object
-    headers: list
+    headers: list | tuple
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -126,6 +126,21 @@ def test_produce_reports_lines_without_separator(cluster, topic, tmp_path, capsy
     assert out == "a\tone\nb\ttwo\n"
 
 
+def test_produce_counts_records_that_fail(cluster, topic, tmp_path, capsys):
+    """A record the producer rejects is counted and named, the others are still produced,
+    and the exit status is 1."""
+    path = tmp_path / "records.txt"
+    path.write_bytes(b"small\n" + b"x" * (2 << 20) + b"\nlast\n")
+    status, _, err = run(capsys, cluster, "produce", topic, "--file", str(path))
+    assert status == 1
+    assert "produced 2 records" in err
+    assert "error: 1 record(s) failed: RecordTooLarge: " in err
+
+    status, out, err = run(capsys, cluster, "consume", topic, "--from-beginning")
+    assert status == 0, err
+    assert out == "small\nlast\n"
+
+
 def test_consume_value_format_and_partitions(cluster, capsys, tmp_path):
     """--partition reads only the partitions named, and --format value prints the values."""
     name = f"cli-{uuid.uuid4().hex[:10]}"
