@@ -15,6 +15,7 @@ position by whatever is buffered).
 from __future__ import annotations
 
 import collections
+import gc
 import logging
 import time
 from itertools import repeat
@@ -310,12 +311,20 @@ class Consumer:
             if pos >= len(data):
                 state.chunks.popleft()
                 continue
-            decoded = rb.decode_records(data, pos, verify=self.check_crcs)
-            header = decoded.header
-            chunk[1] = pos + header.size
-            if header.is_control or header.next_offset <= state.position:
-                continue
-            self._to_records(state, decoded)
+            # Thousands of new objects per batch and none of them cyclic: the cyclic GC would
+            # only rescan them (and every buffered record) over and over, so it waits.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                decoded = rb.decode_records(data, pos, verify=self.check_crcs)
+                header = decoded.header
+                chunk[1] = pos + header.size
+                if header.is_control or header.next_offset <= state.position:
+                    continue
+                self._to_records(state, decoded)
+            finally:
+                if collecting:
+                    gc.enable()
             if state.records:
                 return True
         return False

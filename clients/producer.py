@@ -167,30 +167,35 @@ class _Batch:
         return RecordMetadata(self.topic, self.partition, offset, self.record_timestamp(index))
 
 
-class RecordFuture:
-    """The outcome of one ``send``: ``result()`` gives its RecordMetadata or raises its error."""
+class RecordFuture(tuple):
+    """The outcome of one ``send``: ``result()`` gives its RecordMetadata or raises its error.
 
-    __slots__ = ("_batch", "_index")
+    A (batch, index) tuple underneath: ``send`` makes one per record, and a tuple is the
+    cheapest object Python can make (no ``__init__`` frame)."""
 
-    def __init__(self, batch: _Batch, index: int) -> None:
-        self._batch = batch
-        self._index = index
+    __slots__ = ()
 
     def done(self) -> bool:
-        return self._batch.done.is_set()
+        return self[0].done.is_set()
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        batch = self._batch
+        batch = self[0]
         if not batch.done.wait(timeout):
             raise RequestTimedOut(f"record not acknowledged within {timeout} s")
         if batch.error is not None:
             raise batch.error
-        return batch.metadata(self._index)
+        return batch.metadata(self[1])
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not self._batch.done.wait(timeout):
+        if not self[0].done.wait(timeout):
             raise RequestTimedOut(f"record not acknowledged within {timeout} s")
-        return self._batch.error
+        return self[0].error
+
+    def __repr__(self) -> str:
+        return f"RecordFuture(done={self.done()})"
+
+
+_new_tuple = tuple.__new__
 
 
 class BulkResult(NamedTuple):
@@ -264,6 +269,8 @@ class Producer:
         self._key_serializer = resolve(key_serializer, 0, "key_serializer")
         self._value_serializer = resolve(value_serializer, 0, "value_serializer")
         self._partitioner = make_partitioner(partitioner)
+        self._no_serializers = self._key_serializer is None and self._value_serializer is None
+        self._buffer_memory = self.config.buffer_memory
         self._partition_cache: dict[tuple[str, bytes, int], int] = {}
         # Null-key records under the default partitioner all go to the topic's sticky batch.
         self._sticky_ok = type(self._partitioner).__name__ == "DefaultPartitioner"
@@ -304,13 +311,9 @@ class Producer:
         Raises at once for a record that can never be sent (TypeError, RecordTooLarge,
         UnknownTopicOrPartition), and RequestTimedOut when ``buffer_memory`` stays full
         for ``max_block_ms``."""
-        if self._value_serializer is not None:
-            value = self._value_serializer(value)
-        if self._key_serializer is not None:
-            key = self._key_serializer(key)
         if (
             key is None and partition is None and headers is None and timestamp_ms is None
-            and callback is None and value.__class__ is bytes
+            and callback is None and value.__class__ is bytes and self._no_serializers
         ):  # fmt: skip
             # The common case (a bytes value, nothing else): append to the topic's sticky
             # batch with no other work. Anything unusual takes the general path below.
@@ -320,15 +323,18 @@ class Producer:
                 if (
                     batch is not None and batch.plain and not batch.closed
                     and batch.size + size <= self._batch_limit
-                    and size <= self.config.max_request_size
-                    and self._buffered + size <= self.config.buffer_memory
+                    and self._buffered + size <= self._buffer_memory
                 ):  # fmt: skip
                     index = batch.count
                     batch.values.append(value)
                     batch.count = index + 1
                     batch.size += size
                     self._buffered += size
-                    return RecordFuture(batch, index)
+                    return _new_tuple(RecordFuture, (batch, index))
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        if self._key_serializer is not None:
+            key = self._key_serializer(key)
         if self._closed:
             raise IllegalState("the producer is closed; create a new one")
         if value is not None and value.__class__ is not bytes:
@@ -391,7 +397,7 @@ class Producer:
                 batch.callbacks.append((index, callback))
             if batch.size >= self._batch_limit:
                 self._seal(batch)
-        return RecordFuture(batch, index)
+        return _new_tuple(RecordFuture, (batch, index))
 
     def _choose_partition(self, topic: str, key) -> int:
         count = len(self._metadata.topic(topic))
