@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -73,14 +74,22 @@ class Gateway:
         return self._controller
 
     def call_controller(self, method: str, *args, timeout_s: float = 60.0) -> Any:
-        """Call a controller method and wait for its answer, with rafka's errors."""
-        try:
-            ref = getattr(self.controller(), method).remote(*args)
-            return ray.get(ref, timeout=timeout_s)
-        except (RayTaskError, RayActorError, GetTimeoutError) as e:
-            if isinstance(e, RayActorError):
+        """Call a controller method and wait for its answer, with rafka's errors. While the
+        controller restarts (Ray brings it back after a crash) the call is retried until
+        ``timeout_s``. Metadata changes are safe to repeat: a repeat fails with a typed error
+        (TopicAlreadyExists, ...) rather than changing anything twice."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                ref = getattr(self.controller(), method).remote(*args)
+                return ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            except RayActorError as e:
                 self._controller = None  # it may come back under a new handle
-            raise _translate(e, "the rafka controller") from None
+                if time.monotonic() + 0.2 >= deadline:
+                    raise _translate(e, "the rafka controller") from None
+                time.sleep(0.2)
+            except (RayTaskError, GetTimeoutError) as e:
+                raise _translate(e, "the rafka controller") from None
 
     # -- replicas ------------------------------------------------------------------------------
 
