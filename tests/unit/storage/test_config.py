@@ -35,6 +35,7 @@ def test_string_values_are_parsed_like_kafka_properties():
     ("retention.msec", 1, r"unknown topic config 'retention.msec'; known configs: .*retention.ms"),
 ])
 def test_invalid_values_name_the_config_the_value_and_the_allowed_range(name, value, message):
-    """Each bad value raises InvalidConfig that says which config, what value and what is allowed."""
+    """Each bad value raises InvalidConfig that says which config, what value and what is
+    allowed."""
     with pytest.raises(InvalidConfig, match=message):
         LogConfig.from_dict({name: value})

@@ -156,8 +156,10 @@ def test_offset_for_timestamp_finds_first_record_at_or_after(open_log):
     """The first record with a timestamp at or after the target is found across segments."""
     log = open_log({"segment.bytes": 300, "index.interval.bytes": 1})
     for i in range(40):
-        log.append_as_leader(rb.encode_batch([b"v", b"w"], timestamps=[1000 + 10 * i, 1005 + 10 * i]),
-                             leader_epoch=0)
+        log.append_as_leader(
+            rb.encode_batch([b"v", b"w"], timestamps=[1000 + 10 * i, 1005 + 10 * i]),
+            leader_epoch=0,
+        )
     assert log.offset_for_timestamp(0) == (0, 1000)
     assert log.offset_for_timestamp(1005) == (1, 1005)
     assert log.offset_for_timestamp(1006) == (2, 1010)

@@ -35,7 +35,8 @@ def write_then_crash(directory, sizes, flushed_batches, seed):
 
 
 def active_log_file(directory):
-    return os.path.join(directory, sorted(n for n in os.listdir(directory) if n.endswith(".log"))[-1])
+    logs = sorted(n for n in os.listdir(directory) if n.endswith(".log"))
+    return os.path.join(directory, logs[-1])
 
 
 def batch_ends(path):
@@ -73,7 +74,8 @@ def test_crash_damage_is_cut_to_a_valid_prefix_keeping_every_flushed_batch(
         os.truncate(path, cut)
         damaged_at = cut
     elif damage in ("garbage", "zeros"):
-        extra = rng.randbytes(rng.randint(1, 100)) if damage == "garbage" else bytes(rng.randint(1, 100))
+        size = rng.randint(1, 100)
+        extra = rng.randbytes(size) if damage == "garbage" else bytes(size)
         with open(path, "ab") as f:
             f.write(extra)
         damaged_at = size
@@ -125,7 +127,8 @@ def test_report_names_the_file_and_the_reason(tmp_path):
 
 
 def test_corruption_in_an_earlier_unflushed_segment_drops_the_segments_after_it(tmp_path):
-    """A corrupt batch cuts its segment there and deletes every later segment: a log has no holes."""
+    """A corrupt batch cuts its segment there and deletes every later segment: a log has no
+    holes."""
     directory = str(tmp_path / "t-0")
     log = Log(directory, LogConfig.from_dict({"segment.bytes": 400}))
     for i in range(20):
