@@ -74,8 +74,8 @@ def test_crash_damage_is_cut_to_a_valid_prefix_keeping_every_flushed_batch(
         os.truncate(path, cut)
         damaged_at = cut
     elif damage in ("garbage", "zeros"):
-        size = rng.randint(1, 100)
-        extra = rng.randbytes(size) if damage == "garbage" else bytes(size)
+        length = rng.randint(1, 100)
+        extra = rng.randbytes(length) if damage == "garbage" else bytes(length)
         with open(path, "ab") as f:
             f.write(extra)
         damaged_at = size
