@@ -91,8 +91,7 @@ class NodeAgent:
         """Delete the files of these replicas and stop their actors."""
         deleted = 0
         for state in states:
-            name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
-            handle = self.replicas.pop(name, None) or _find(name, self.namespace)
+            handle = self._take_handle(state)
             if handle is not None:
                 await handle.delete.remote()
                 ray.kill(handle, no_restart=True)
@@ -106,8 +105,7 @@ class NodeAgent:
         """Close these replicas cleanly (flushed, clean-shutdown marker) and stop them."""
         stopped = 0
         for state in states:
-            name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
-            handle = self.replicas.pop(name, None) or _find(name, self.namespace)
+            handle = self._take_handle(state)
             if handle is not None:
                 try:
                     await handle.close.remote()
@@ -115,6 +113,11 @@ class NodeAgent:
                     ray.kill(handle, no_restart=True)
                 stopped += 1
         return stopped
+
+    def _take_handle(self, state: dict[str, Any]):
+        """The replica's actor handle (None when its actor is gone), no longer tracked here."""
+        name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
+        return self.replicas.pop(name, None) or _find(name, self.namespace)
 
     async def status(self) -> dict[str, Any]:
         usage = shutil.disk_usage(self.directory)

@@ -21,13 +21,20 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 from rafka.clients.partitioner import make_partitioner, partitions_for_keys
 from rafka.clients.serializers import BYTES_LIKE, check_bytes, resolve
+from rafka.clients.producer_batches import (
+    BulkFuture,
+    PartitionQueue,
+    ProducerBatch,
+    RecordFuture,
+    new_future,
+)
+from rafka.clients.producer_config import make_config
 from rafka.errors import (
     IllegalState,
-    InvalidConfig,
     OutOfOrderSequence,
     RafkaError,
     RecordTooLarge,
@@ -41,211 +48,6 @@ from rafka.types import RecordMetadata
 log = logging.getLogger(__name__)
 
 RECORD_OVERHEAD = 8  # bytes a record adds to a batch besides key and value (msgpack framing)
-MAX_IN_FLIGHT_IDEMPOTENT = 5  # the broker remembers the last five batches per producer
-
-_ACKS = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}
-
-
-class ProducerConfig(NamedTuple):
-    acks: int = -1
-    linger_ms: float = 5.0
-    batch_size: int = 512 * 1024
-    buffer_memory: int = 64 * 1024 * 1024
-    max_block_ms: int = 60_000
-    max_request_size: int = 4 * 1024 * 1024
-    compression: rb.Codec = rb.Codec.NONE
-    retries: int = 2**31 - 1
-    retry_backoff_ms: int = 100
-    request_timeout_ms: int = 30_000
-    delivery_timeout_ms: int = 120_000
-    max_in_flight: int = 5
-    enable_idempotence: bool = True
-
-
-def make_config(
-    acks: int | str = "all",
-    linger_ms: float = 5.0,
-    batch_size: int = 512 * 1024,
-    buffer_memory: int = 64 * 1024 * 1024,
-    max_block_ms: int = 60_000,
-    max_request_size: int = 4 * 1024 * 1024,
-    compression: str | None = "none",
-    retries: int = 2**31 - 1,
-    retry_backoff_ms: int = 100,
-    request_timeout_ms: int = 30_000,
-    delivery_timeout_ms: int = 120_000,
-    max_in_flight: int = 5,
-    enable_idempotence: bool | None = None,
-) -> ProducerConfig:
-    """Validate producer settings (Kafka's names, in snake case); InvalidConfig says which."""
-    if isinstance(acks, bool) or acks not in _ACKS:
-        raise InvalidConfig(f"acks={acks!r} is invalid; use 0, 1 or 'all'")
-    acks_n = _ACKS[acks]
-    for name, value, low in (
-        ("linger_ms", linger_ms, 0), ("batch_size", batch_size, 1),
-        ("buffer_memory", buffer_memory, 1), ("max_block_ms", max_block_ms, 0),
-        ("max_request_size", max_request_size, 1), ("retries", retries, 0),
-        ("retry_backoff_ms", retry_backoff_ms, 0), ("request_timeout_ms", request_timeout_ms, 1),
-        ("delivery_timeout_ms", delivery_timeout_ms, 1), ("max_in_flight", max_in_flight, 1),
-    ):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
-            raise InvalidConfig(f"{name}={value!r} is invalid; give a number >= {low}")
-    try:
-        if compression is not None and not isinstance(compression, str):
-            raise ValueError(compression)
-        codec = rb.Codec.from_name(compression or "none")
-    except (ValueError, RafkaError) as e:
-        raise InvalidConfig(
-            f"compression={compression!r} is not supported; use none, gzip, lz4 or zstd"
-        ) from e
-    if enable_idempotence is None:  # Kafka's rule: on unless a setting conflicts with it
-        enable_idempotence = acks_n == -1 and retries > 0 and max_in_flight <= 5
-    elif enable_idempotence:
-        if retries == 0:
-            raise InvalidConfig(
-                "enable_idempotence=True needs retries > 0 (got retries=0); the point of "
-                "idempotence is that a retry writes once"
-            )
-        if acks_n != -1:
-            raise InvalidConfig(
-                f"enable_idempotence=True needs acks='all' (got acks={acks!r}); set acks='all' "
-                "or enable_idempotence=False"
-            )
-        if max_in_flight > MAX_IN_FLIGHT_IDEMPOTENT:
-            raise InvalidConfig(
-                f"enable_idempotence=True allows max_in_flight <= 5 (got {max_in_flight})"
-            )
-    return ProducerConfig(
-        acks_n, linger_ms, batch_size, buffer_memory, max_block_ms, max_request_size, codec,
-        retries, retry_backoff_ms, request_timeout_ms, delivery_timeout_ms, max_in_flight,
-        bool(enable_idempotence),
-    )  # fmt: skip
-
-
-class _Batch:
-    """Records bound for one partition, sent (and retried) as one record batch."""
-
-    __slots__ = (
-        "topic", "partition", "values", "keys", "headers", "timestamps", "timestamp",
-        "size", "count", "created", "sequence", "encoded", "attempts", "retry_at", "callbacks",
-        "done", "error", "base_offset", "append_time", "packed", "closed", "plain",
-        "resequenced",
-    )  # fmt: skip
-
-    def __init__(self, topic: str, partition: int, timestamp: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.values: list = []
-        self.keys: list | None = None
-        self.headers: list | None = None
-        self.timestamps: list | None = None  # only when a record gave its own
-        self.timestamp = timestamp
-        self.size = 0
-        self.count = 0
-        self.created = time.monotonic()
-        self.sequence = rb.NO_SEQUENCE
-        self.encoded: bytes | None = None
-        self.attempts = 0
-        self.retry_at = 0.0
-        self.callbacks: list | None = None
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self.base_offset = -1
-        self.append_time = -1
-        self.packed: tuple | None = None  # (keys column, values column) from send_batch
-        self.closed = False
-        self.plain = True  # only values so far: send()'s fast path may append here
-        self.resequenced = False  # its sequence moved down after an earlier batch failed
-
-    def record_timestamp(self, index: int) -> int:
-        if self.append_time >= 0:
-            return self.append_time
-        return self.timestamps[index] if self.timestamps is not None else self.timestamp
-
-    def metadata(self, index: int) -> RecordMetadata:
-        offset = self.base_offset + index if self.base_offset >= 0 else -1
-        return RecordMetadata(self.topic, self.partition, offset, self.record_timestamp(index))
-
-
-class RecordFuture(tuple):
-    """The outcome of one ``send``: ``result()`` gives its RecordMetadata or raises its error.
-
-    A (batch, index) tuple underneath: ``send`` makes one per record, and a tuple is the
-    cheapest object Python can make (no ``__init__`` frame)."""
-
-    __slots__ = ()
-
-    def done(self) -> bool:
-        return self[0].done.is_set()
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        batch = self[0]
-        if not batch.done.wait(timeout):
-            raise RequestTimedOut(f"record not acknowledged within {timeout} s")
-        if batch.error is not None:
-            raise batch.error
-        return batch.metadata(self[1])
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not self[0].done.wait(timeout):
-            raise RequestTimedOut(f"record not acknowledged within {timeout} s")
-        return self[0].error
-
-    def __repr__(self) -> str:
-        return f"RecordFuture(done={self.done()})"
-
-
-_new_tuple = tuple.__new__
-
-
-class BulkResult(NamedTuple):
-    """Where a ``send_batch`` column landed: per partition, the offset ranges it was given
-    (first, last), in send order. Offsets are -1 with acks=0."""
-
-    topic: str
-    records: int
-    ranges: dict  # partition -> list of (first_offset, last_offset)
-
-
-class BulkFuture:
-    def __init__(self, topic: str, batches: list[_Batch]) -> None:
-        self._topic = topic
-        self._batches = batches
-
-    def done(self) -> bool:
-        return all(b.done.is_set() for b in self._batches)
-
-    def result(self, timeout: float | None = None) -> BulkResult:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ranges: dict[int, list] = {}
-        for b in self._batches:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not b.done.wait(left):
-                raise RequestTimedOut(f"bulk send not acknowledged within {timeout} s")
-            if b.error is not None:
-                raise b.error
-            last = b.base_offset + b.count - 1 if b.base_offset >= 0 else -1
-            ranges.setdefault(b.partition, []).append((b.base_offset, last))
-        return BulkResult(self._topic, sum(b.count for b in self._batches), ranges)
-
-
-class _PartitionQueue:
-    __slots__ = (
-        "ready", "in_flight", "requests_in_flight", "sent", "next_sequence", "retrying",
-        "next_request", "session",
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self.ready: collections.deque[_Batch] = collections.deque()
-        self.in_flight = 0  # batches
-        self.requests_in_flight = 0
-        self.sent: set[_Batch] = set()  # in flight
-        self.next_sequence = 0
-        # Requests to the partition are numbered from 0 per session and the leader appends
-        # them in that order. A failure starts a new session (the leader may have changed).
-        self.next_request = 0
-        self.session = 0
-        self.retrying = False  # a batch awaits resending: send nothing newer until it is out
 
 
 class Producer:
@@ -274,11 +76,11 @@ class Producer:
         self._partition_cache: dict[tuple[str, bytes, int], int] = {}
         # Null-key records under the default partitioner all go to the topic's sticky batch.
         self._sticky_ok = type(self._partitioner).__name__ == "DefaultPartitioner"
-        self._sticky_batches: dict[str, _Batch] = {}
+        self._sticky_batches: dict[str, ProducerBatch] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # new work or space for the sender
-        self._open: dict[tuple[str, int], _Batch] = {}
-        self._queues: dict[tuple[str, int], _PartitionQueue] = {}
+        self._open: dict[tuple[str, int], ProducerBatch] = {}
+        self._queues: dict[tuple[str, int], PartitionQueue] = {}
         self._completions: collections.deque = collections.deque()
         self._outstanding = 0  # batches created and not yet done
         self._buffered = 0  # bytes of records not yet acknowledged
@@ -330,7 +132,7 @@ class Producer:
                     batch.count = index + 1
                     batch.size += size
                     self._buffered += size
-                    return _new_tuple(RecordFuture, (batch, index))
+                    return new_future((batch, index))
         if self._value_serializer is not None:
             value = self._value_serializer(value)
         if self._key_serializer is not None:
@@ -397,7 +199,7 @@ class Producer:
                 batch.callbacks.append((index, callback))
             if batch.size >= self._batch_limit:
                 self._seal(batch)
-        return _new_tuple(RecordFuture, (batch, index))
+        return new_future((batch, index))
 
     def _choose_partition(self, topic: str, key) -> int:
         count = len(self._metadata.topic(topic))
@@ -415,17 +217,17 @@ class Producer:
                 self._partition_cache[cache_key] = found  # murmur2 is a pure function of key
         return found
 
-    def _open_batch(self, topic: str, partition: int) -> _Batch:
+    def _open_batch(self, topic: str, partition: int) -> ProducerBatch:
         old = self._open.get((topic, partition))
         if old is not None:
             self._seal(old)
-        batch = _Batch(topic, partition, int(time.time() * 1000))
+        batch = ProducerBatch(topic, partition, int(time.time() * 1000))
         self._open[(topic, partition)] = batch
         self._outstanding += 1
         self._wake.notify()  # the sender's linger deadline may now be earlier
         return batch
 
-    def _seal(self, batch: _Batch) -> None:
+    def _seal(self, batch: ProducerBatch) -> None:
         """Close ``batch`` to new records and queue it for sending (lock held)."""
         if self._open.get((batch.topic, batch.partition)) is batch:
             del self._open[(batch.topic, batch.partition)]
@@ -443,10 +245,10 @@ class Producer:
         )
         self._wake.notify()
 
-    def _queue(self, topic: str, partition: int) -> _PartitionQueue:
+    def _queue(self, topic: str, partition: int) -> PartitionQueue:
         queue = self._queues.get((topic, partition))
         if queue is None:
-            queue = self._queues[(topic, partition)] = _PartitionQueue()
+            queue = self._queues[(topic, partition)] = PartitionQueue()
         return queue
 
     def _wait_for_buffer(self, size: int) -> None:
@@ -502,7 +304,7 @@ class Producer:
             groups = {None: None}  # spread batches round the partitions
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         limit = min(self._batch_limit, self.config.max_request_size)
-        batches: list[_Batch] = []
+        batches: list[ProducerBatch] = []
         for target, rows in groups.items():
             vals = value_col if rows is None else value_col.take(rows)
             ks = None if key_col is None else (key_col if rows is None else key_col.take(rows))
@@ -517,7 +319,7 @@ class Producer:
                     if p is None:
                         p = self._partitioner.partition(topic, None, len(meta))
                         self._partitioner.on_new_batch(topic, len(meta), p)
-                    batch = _Batch(topic, p, timestamp)
+                    batch = ProducerBatch(topic, p, timestamp)
                     batch.count = stop - start
                     batch.size = vals.size_of(start, stop) + RECORD_OVERHEAD * batch.count
                     batch.packed = (
@@ -605,7 +407,7 @@ class Producer:
             return None
         return max(0.0, min(deadlines) - now) + 0.0005
 
-    def _collect_sendable(self) -> list[list[_Batch]]:
+    def _collect_sendable(self) -> list[list[ProducerBatch]]:
         """Requests to send now: per partition, ready batches in sequence order, as many per
         request as fit in max_request_size (one actor call carries them all). Lock held."""
         now = time.monotonic()
@@ -622,7 +424,7 @@ class Producer:
                     break
                 if queue.retrying and queue.in_flight:
                     break  # resend in order: wait until everything older has answered
-                request: list[_Batch] = []
+                request: list[ProducerBatch] = []
                 size = 0
                 while queue.ready and queue.ready[0].retry_at <= now:
                     head = queue.ready[0]
@@ -640,7 +442,7 @@ class Producer:
                 out.append(request)
         return out
 
-    def _dispatch(self, request: list[_Batch]) -> None:
+    def _dispatch(self, request: list[ProducerBatch]) -> None:
         config = self.config
         first = request[0]
         queue = self._queues[(first.topic, first.partition)]
@@ -676,7 +478,7 @@ class Producer:
         future = self._gateway.future(ref)
         future.add_done_callback(lambda f, r=request: self._post_request(r, *_outcome(f)))
 
-    def _post_request(self, request: list[_Batch], answer, error) -> None:
+    def _post_request(self, request: list[ProducerBatch], answer, error) -> None:
         """Turn one request's answer into one completion per batch."""
         with self._lock:
             queue = self._queues[(request[0].topic, request[0].partition)]
@@ -698,7 +500,7 @@ class Producer:
                     )
             self._wake.notify_all()
 
-    def _encode(self, batch: _Batch) -> bytes:
+    def _encode(self, batch: ProducerBatch) -> bytes:
         common = dict(
             codec=self.config.compression, producer_id=self.producer_id,
             producer_epoch=self.producer_epoch, base_sequence=batch.sequence,
@@ -712,7 +514,7 @@ class Producer:
             batch.headers, **common,
         )  # fmt: skip
 
-    def _handle_answer(self, batch: _Batch, answer, error: BaseException | None) -> None:
+    def _handle_answer(self, batch: ProducerBatch, answer, error: BaseException | None) -> None:
         if error is None and answer[0] != 0:
             error = error_class(answer[0])(answer[1])
         key = (batch.topic, batch.partition)
@@ -744,7 +546,9 @@ class Producer:
         else:
             self._complete(batch, error)
 
-    def _should_retry(self, batch: _Batch, error: BaseException, queue: _PartitionQueue) -> bool:
+    def _should_retry(
+        self, batch: ProducerBatch, error: BaseException, queue: PartitionQueue
+    ) -> bool:
         if self._closed and not self._flushing:
             return False
         if time.monotonic() - batch.created > self.config.delivery_timeout_ms / 1000:
@@ -759,7 +563,7 @@ class Producer:
             )
         return isinstance(error, RafkaError) and error.retriable
 
-    def _release_sequence(self, queue: _PartitionQueue, failed: _Batch) -> None:
+    def _release_sequence(self, queue: PartitionQueue, failed: ProducerBatch) -> None:
         """A batch failed for good and was not written: later batches move down into its
         sequence numbers, so the leader sees no gap (Kafka's client does the same)."""
         if failed.sequence == rb.NO_SEQUENCE:
@@ -771,7 +575,7 @@ class Producer:
                 b.resequenced = True
         queue.next_sequence = rb.increment_sequence(queue.next_sequence, -failed.count)
 
-    def _complete(self, batch: _Batch, error: BaseException | None) -> None:
+    def _complete(self, batch: ProducerBatch, error: BaseException | None) -> None:
         batch.error = error
         batch.done.set()
         if batch.callbacks:
@@ -792,7 +596,7 @@ def _outcome(future) -> tuple:
     return (None, error) if error is not None else (future.result(), None)
 
 
-def _insert_by_sequence(ready: collections.deque, batch: _Batch) -> None:
+def _insert_by_sequence(ready: collections.deque, batch: ProducerBatch) -> None:
     """Put a batch back for resending: before every later sequence (idempotent), or first
     (no sequences: the failed batch was the oldest sent)."""
     if batch.sequence == rb.NO_SEQUENCE:

@@ -56,7 +56,7 @@ class Cluster:
         return Admin(self.gateway, self.metadata)
 
     def producer(self, **settings: Any) -> Producer:
-        """A Producer (see ``rafka.clients.producer.make_config`` for the settings)."""
+        """A Producer (see ``rafka.clients.producer_config.make_config`` for the settings)."""
         return Producer(self.gateway, MetadataCache(self.gateway), **settings)
 
     def consumer(self, **settings: Any) -> Consumer:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rafka.clients.producer import make_config
+from rafka.clients.producer_config import make_config
 from rafka.errors import InvalidConfig
 from rafka.storage.record_batch import Codec
 
