@@ -184,20 +184,27 @@ class Consumer:
         return out
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
-        for attempt in range(5):
-            meta = self._metadata.topic(tp.topic)
-            replica = self._metadata.replica(meta, tp.partition)
-            answer = self._gateway.get(
-                self._gateway.list_offset(replica, timestamp), self.request_timeout_s
-            )
-            if answer[0] == 0:
-                return answer[2], answer[3]
-            error = error_class(answer[0])(answer[1])
-            if not error.retriable or attempt == 4:
+        """Ask the leader; retriable errors (a replica restarting, a leader moving) are
+        retried with backoff for up to request_timeout_ms."""
+        deadline = time.monotonic() + self.request_timeout_s
+        backoff = 0.05
+        while True:
+            try:
+                meta = self._metadata.topic(tp.topic)
+                replica = self._metadata.replica(meta, tp.partition)
+                answer = self._gateway.get(
+                    self._gateway.list_offset(replica, timestamp), self.request_timeout_s
+                )
+                if answer[0] == 0:
+                    return answer[2], answer[3]
+                error = error_class(answer[0])(answer[1])
+            except RafkaError as e:
+                error = e
+            if not error.retriable or time.monotonic() + backoff > deadline:
                 raise error
             self._metadata.invalidate(tp.topic)
-            time.sleep(0.05 * (attempt + 1))
-        raise AssertionError("unreachable")
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
 
     def _reset(self, state: _Partition) -> None:
         if self.auto_offset_reset == "none":
