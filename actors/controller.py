@@ -9,7 +9,9 @@ everything from its metadata log.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import time
 from typing import Any
 
 import ray
@@ -23,6 +25,8 @@ from rafka.errors import BrokerNotAvailable, TopicAlreadyExists, UnknownTopicOrP
 from rafka.storage.config import LogConfig
 
 CONTROLLER_DIR = "controller"
+
+log = logging.getLogger(__name__)
 
 
 class Controller:
@@ -67,6 +71,24 @@ class Controller:
             self._agents[broker_id] = handle
         return handle
 
+    async def _call_agent(self, broker_id: int, method: str, *args, patience_s: float = 30.0):
+        """Call a node agent, waiting out a restart (Ray brings an agent back when its disk's
+        node returns) for up to ``patience_s``."""
+        deadline = time.monotonic() + patience_s
+        delay = 0.1
+        while True:
+            try:
+                return await getattr(self._agent(broker_id), method).remote(*args)
+            except ray.exceptions.RayActorError:
+                self._agents.pop(broker_id, None)
+                if time.monotonic() + delay > deadline:
+                    raise BrokerNotAvailable(
+                        f"the node agent of broker {broker_id} did not answer for "
+                        f"{patience_s:.0f} s; is its disk's node up?"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     def _live_brokers(self) -> list[int]:
         live = []
         for broker_id in sorted(self.image.brokers):
@@ -95,7 +117,7 @@ class Controller:
 
     async def _ensure(self, by_broker: dict[int, list[dict]]) -> None:
         await asyncio.gather(
-            *(self._agent(b).ensure_replicas.remote(states) for b, states in by_broker.items())
+            *(self._call_agent(b, "ensure_replicas", s) for b, s in by_broker.items())
         )
 
     async def reconcile(self) -> int:
@@ -155,7 +177,7 @@ class Controller:
         by_broker = self._states_by_broker(topic, topic.partitions.values())
         live = set(self._live_brokers())
         await asyncio.gather(
-            *(self._agent(b).delete_replicas.remote(s) for b, s in by_broker.items() if b in live)
+            *(self._call_agent(b, "delete_replicas", s) for b, s in by_broker.items() if b in live)
         )
 
     def _replica(self, topic: TopicState, p: PartitionState, broker_id: int):
@@ -241,7 +263,11 @@ class Controller:
                 by_broker.setdefault(b, []).extend(states)
         live = set(self._live_brokers())
         stopped = await asyncio.gather(
-            *(self._agent(b).stop_replicas.remote(s) for b, s in by_broker.items() if b in live)
+            *(self._call_agent(b, "stop_replicas", s) for b, s in by_broker.items() if b in live),
+            return_exceptions=True,
         )
+        for outcome in stopped:
+            if isinstance(outcome, BaseException):  # that disk's replicas recover on start
+                log.warning("could not stop the replicas of a disk cleanly: %r", outcome)
         self.store.close()
-        return sum(stopped)
+        return sum(n for n in stopped if isinstance(n, int))
