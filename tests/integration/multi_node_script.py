@@ -24,8 +24,7 @@ def disk_node(cluster: Cluster, disk: str):
 
 def main(data_dir: str) -> dict:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    disk_node(cluster, "disk-a")
-    node_b = disk_node(cluster, "disk-b")
+    nodes = {disk: disk_node(cluster, disk) for disk in ("disk-a", "disk-b")}
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="multi-node", logging_level="ERROR")
     report: dict = {}
@@ -43,10 +42,14 @@ def main(data_dir: str) -> dict:
             disk: sorted(n for n in os.listdir(os.path.join(data_dir, disk)) if "-" in n)
             for disk in ("disk-a", "disk-b")
         }
-        # The node holding disk-b goes away and a new node (new Ray node id) comes back
-        # with the same disk: its replicas must restart there and recover their files.
-        cluster.remove_node(node_b)
-        disk_node(cluster, "disk-b")
+        # A disk's node goes away and a new node (new Ray node id) comes back with the same
+        # disk: its replicas must restart there and recover their files. (Not the node this
+        # driver happens to be attached to: cluster_utils refuses to remove that one.)
+        driver_node = ray.get_runtime_context().get_node_id()
+        replaced = next(d for d, n in nodes.items() if n.node_id != driver_node)
+        cluster.remove_node(nodes[replaced])
+        disk_node(cluster, replaced)
+        report["replaced"] = replaced
         cluster.wait_for_nodes()
         consumer = handle.consumer(auto_offset_reset="earliest")
         consumer.assign([TopicPartition("spread", p) for p in range(4)])
