@@ -37,6 +37,10 @@ class MetadataCache:
         found = self._topics.get(name)
         return found if found is not None else self.refresh([name])[name]
 
+    def cached(self, name: str) -> TopicMetadata | None:
+        """What the cache holds for ``name``, without asking the controller."""
+        return self._topics.get(name)
+
     def refresh(self, names: list[str]) -> dict[str, TopicMetadata]:
         """Fetch ``names`` from the controller; raises the error for a topic that is missing."""
         answer = self.gateway.call_controller("metadata", list(names), self.allow_auto_create)

@@ -23,7 +23,11 @@ import time
 import uuid
 from typing import Any, Callable, Sequence
 
-from rafka.clients.partitioner import make_partitioner, partitions_for_keys
+from rafka.clients.partitioner import (
+    DefaultPartitioner,
+    make_partitioner,
+    partitions_for_keys,
+)
 from rafka.clients.serializers import BYTES_LIKE, check_bytes, resolve
 from rafka.clients.producer_batches import (
     BulkFuture,
@@ -75,7 +79,7 @@ class Producer:
         self._buffer_memory = self.config.buffer_memory
         self._partition_cache: dict[tuple[str, bytes, int], int] = {}
         # Null-key records under the default partitioner all go to the topic's sticky batch.
-        self._sticky_ok = type(self._partitioner).__name__ == "DefaultPartitioner"
+        self._sticky_ok = isinstance(self._partitioner, DefaultPartitioner)
         self._sticky_batches: dict[str, ProducerBatch] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # new work or space for the sender
@@ -213,7 +217,7 @@ class Producer:
                 found = self._partitioner.partition(topic, bytes(key), count)
             if len(self._partition_cache) > 100_000:
                 self._partition_cache.clear()
-            if type(self._partitioner).__name__ == "DefaultPartitioner":
+            if self._sticky_ok:
                 self._partition_cache[cache_key] = found  # murmur2 is a pure function of key
         return found
 
@@ -240,9 +244,9 @@ class Producer:
             queue.next_sequence = rb.increment_sequence(queue.next_sequence, batch.count)
         queue.ready.append(batch)
         # Sticky partitioning moves null-key records on once their batch is sealed.
-        self._partitioner.on_new_batch(
-            batch.topic, len(self._metadata.topic(batch.topic)), batch.partition
-        )
+        meta = self._metadata.cached(batch.topic)  # never a controller call under the lock
+        if meta is not None:
+            self._partitioner.on_new_batch(batch.topic, len(meta), batch.partition)
         self._wake.notify()
 
     def _queue(self, topic: str, partition: int) -> PartitionQueue:
@@ -318,7 +322,6 @@ class Producer:
                     p = target
                     if p is None:
                         p = self._partitioner.partition(topic, None, len(meta))
-                        self._partitioner.on_new_batch(topic, len(meta), p)
                     batch = ProducerBatch(topic, p, timestamp)
                     batch.count = stop - start
                     batch.size = vals.size_of(start, stop) + RECORD_OVERHEAD * batch.count
@@ -452,12 +455,13 @@ class Producer:
                     batch.encoded = self._encode(batch)
                 batch.attempts += 1
                 batch.resequenced = False
-            if len(request) == 1 and len(first.encoded) > config.max_request_size > 0:
-                if first.count > 1:
-                    raise RecordTooLarge(
-                        f"batch of {first.count} records encodes to {len(first.encoded)} bytes,"
-                        f" over max_request_size={config.max_request_size}; lower batch_size"
-                    )
+            if len(request) == 1 and first.count > 1 and (
+                len(first.encoded) > config.max_request_size
+            ):
+                raise RecordTooLarge(
+                    f"batch of {first.count} records encodes to {len(first.encoded)} bytes,"
+                    f" over max_request_size={config.max_request_size}; lower batch_size"
+                )
             meta = self._metadata.topic(first.topic)
             replica = self._metadata.replica(meta, first.partition)
             request_no = queue.next_request

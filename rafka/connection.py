@@ -19,6 +19,7 @@ from rafka.clients.admin import Admin
 from rafka.clients.consumer import Consumer
 from rafka.clients.metadata import MetadataCache
 from rafka.clients.producer import Producer
+from rafka.errors import BrokerNotAvailable
 
 _gateways: dict[str, Gateway] = {}
 _gateways_lock = threading.Lock()
@@ -36,10 +37,9 @@ def _gateway(namespace: str) -> Gateway:
 class Cluster:
     """A connection to one rafka cluster. Make producers, consumers and admins from it."""
 
-    def __init__(self, namespace: str, address: str | None, auto_create_topics: bool = False):
+    def __init__(self, namespace: str, address: str | None) -> None:
         self.namespace = namespace
         self.address = address
-        self.auto_create_topics = auto_create_topics
         self._metadata: MetadataCache | None = None
 
     @property
@@ -75,19 +75,19 @@ class Cluster:
             self._metadata = None
 
     def __reduce__(self):
-        return (_attach, (self.namespace, self.address, self.auto_create_topics))
+        return (_attach, (self.namespace, self.address))
 
     def __repr__(self) -> str:
         return f"Cluster(namespace={self.namespace!r}, address={self.address!r})"
 
 
-def _attach(namespace: str, address: str | None, auto_create_topics: bool) -> Cluster:
+def _attach(namespace: str, address: str | None) -> Cluster:
     """Unpickling: attach to running services (inside Ray workers Ray is already up)."""
     import ray
 
     if not ray.is_initialized():
         ray.init(address=address or "auto", namespace=namespace)
-    return Cluster(namespace, address, auto_create_topics)
+    return Cluster(namespace, address)
 
 
 def connect(
@@ -111,14 +111,11 @@ def connect(
     namespace = namespace or default_namespace()
     data_root = os.path.abspath(data_dir) if data_dir else default_data_root()
     service.ensure_ray(address, namespace)
-    if service.find_controller(namespace) is None or start:
-        if service.find_controller(namespace) is None:
-            if not start:
-                from rafka.errors import BrokerNotAvailable
-
-                raise BrokerNotAvailable(
-                    f"no rafka services run in Ray namespace {namespace!r}; run `rafka up`"
-                )
-            settings = {"auto.create.topics.enable": auto_create_topics}
-            service.start_services(data_root, namespace, settings, controller_disk)
-    return Cluster(namespace, address, auto_create_topics)
+    if service.find_controller(namespace) is None:
+        if not start:
+            raise BrokerNotAvailable(
+                f"no rafka services run in Ray namespace {namespace!r}; run `rafka up`"
+            )
+        settings = {"auto.create.topics.enable": auto_create_topics}
+        service.start_services(data_root, namespace, settings, controller_disk)
+    return Cluster(namespace, address)

@@ -44,8 +44,6 @@ def add_produce(commands: argparse._SubParsersAction) -> None:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from rafka.connection import Cluster
-
     with contextlib.ExitStack() as stack:
         if args.file and args.file != "-":
             source = stack.enter_context(open(args.file, "rb"))
@@ -55,9 +53,8 @@ def _produce(args: argparse.Namespace) -> int:
         show = args.progress
         if show is None:
             show = source is not sys.stdin.buffer and sys.stderr.isatty()
-        attached = stack.enter_context(connected(args))
         # Topics are created on first use when the *cluster* allows it (as Kafka's producer).
-        cluster = Cluster(attached.namespace, attached.address, auto_create_topics=True)
+        cluster = stack.enter_context(connected(args))
         producer = cluster.producer(
             acks=args.acks, compression=args.compression, linger_ms=args.linger_ms
         )
