@@ -1,9 +1,15 @@
 """Controller: the one actor that owns the cluster's metadata.
 
-A thin shell: requests are decided by ``rafka.cluster.controller`` (plain Python), the records
-it returns are made durable by ``MetadataLog`` before anything else happens, and only then are
-node agents told to create or delete replica actors. Killed and restarted, the actor rebuilds
-everything from its metadata log.
+A thin shell: requests are decided by ``rafka.cluster.controller`` and
+``rafka.cluster.elections`` (plain Python), the records they return are made durable by
+``MetadataLog`` before anything else happens, and only then are node agents and replicas
+told. Killed and restarted, the actor rebuilds everything from its metadata log.
+
+Failover: node agents heartbeat here; a broker silent past ``broker.session.timeout.ms``
+that also fails a direct probe is fenced (``rafka.cluster.liveness``): it leaves every ISR
+and the partitions it led get new leaders from their ISRs, with bumped leader epochs. Ray
+itself would mark the node dead only after about 16 s. A fenced broker's next heartbeat
+brings it back; its replicas catch up and their leaders propose them back into the ISR.
 """
 
 from __future__ import annotations
@@ -18,13 +24,35 @@ import ray
 
 from rafka.actors.placement import agent_name, disk_dir, replica_name
 from rafka.cluster import controller as decide
-from rafka.cluster.metadata import PartitionState, TopicState
+from rafka.cluster import elections
+from rafka.cluster.liveness import (
+    BROKER_HEARTBEAT_INTERVAL_MS,
+    BROKER_SESSION_TIMEOUT_MS,
+    BrokerLiveness,
+)
+from rafka.cluster.metadata import NO_LEADER, PartitionState, TopicState
 from rafka.cluster.metadata_log import MetadataLog
 from rafka.cluster.topics import is_internal
-from rafka.errors import BrokerNotAvailable, TopicAlreadyExists, UnknownTopicOrPartition
+from rafka.errors import (
+    BrokerNotAvailable,
+    ElectionNotNeeded,
+    InvalidReplicaAssignment,
+    PreferredLeaderNotAvailable,
+    RafkaError,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
 from rafka.storage.config import LogConfig
 
 CONTROLLER_DIR = "controller"
+#: How long the controller waits for a suspect broker's agent to answer a probe.
+PROBE_TIMEOUT_S = 0.5
+#: Kafka's leader.imbalance.check.interval.seconds is 300; rafka checks more often because
+#: moving a leader back costs one metadata record and one call per replica.
+LEADER_IMBALANCE_CHECK_INTERVAL_S = 30.0
+#: Cluster settings the replicas need (Kafka's broker property names).
+REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
+                    "replica.fetch.max.bytes")  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +65,17 @@ class Controller:
         self.store = MetadataLog(os.path.join(disk_dir(data_root, disk), CONTROLLER_DIR))
         self._lock = asyncio.Lock()  # one metadata change at a time, in log order
         self._agents: dict[int, Any] = {}
+        self._replicas: dict[str, Any] = {}
         self._producer_ids: range = range(0)
+        self.liveness = BrokerLiveness(
+            int(self.settings.get("broker.session.timeout.ms", BROKER_SESSION_TIMEOUT_MS))
+        )
+        self.liveness.track(self.image.brokers, _now_ms())
+        self._probing: set[int] = set()
+        self._background: set[asyncio.Task] = set()
+        self._started = False
+        self._stopping = False
+        ray.get_runtime_context().current_actor.start.remote()
 
     @property
     def image(self):
@@ -46,14 +84,309 @@ class Controller:
     async def ping(self) -> dict[str, Any]:
         return {"disk": self.disk, "metadata_offset": self.image.offset, "pid": os.getpid()}
 
+    async def start(self) -> None:
+        """Start the timers (called by the actor itself once constructed)."""
+        if not self._started:
+            self._started = True
+            self._spawn(self._watch_brokers())
+            self._spawn(self._balance_leaders())
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    def _unclean(self, topic: TopicState) -> bool:
+        return bool(LogConfig.from_dict(topic.config).unclean_leader_election_enable)
+
     # -- brokers -------------------------------------------------------------------------------
 
-    async def register_broker(self, disk: str, broker_id: int | None) -> int:
+    async def register_broker(self, disk: str, broker_id: int | None, rack: str | None = None):
         async with self._lock:
-            broker_id, records = decide.register_broker(self.image, disk, broker_id)
+            broker_id, records = decide.register_broker(self.image, disk, broker_id, rack)
             self.store.append(records)
             self._agents.pop(broker_id, None)
-            return broker_id
+        self._broker_alive(broker_id)
+        return broker_id
+
+    async def heartbeat(self, disk: str, broker_id: int | None, rack: str | None = None):
+        """A node agent is alive. Registers its disk when needed; returns (broker id,
+        heartbeat interval in ms)."""
+        known = self.image.brokers.get(broker_id) if broker_id is not None else None
+        if known is None or known.disk != disk or known.rack != rack:
+            broker_id = await self.register_broker(disk, broker_id, rack)
+        else:
+            self._broker_alive(broker_id)
+        interval = int(self.settings.get("broker.heartbeat.interval.ms",
+                                         BROKER_HEARTBEAT_INTERVAL_MS))  # fmt: skip
+        return broker_id, interval
+
+    def _broker_alive(self, broker_id: int) -> None:
+        if self.liveness.heartbeat(broker_id, _now_ms()):
+            log.warning("broker %d is back", broker_id)
+            self._spawn(self._broker_back(broker_id))
+
+    async def _broker_back(self, broker_id: int) -> None:
+        """A fenced broker speaks again: lead where nobody can, and make sure its replica
+        actors run (some may have been created while it was away)."""
+        await self._change_partitions(
+            lambda topic, p: elections.elect_if_leaderless(
+                p, self.liveness.live(), self._unclean(topic)
+            ) if broker_id in p.replicas else None
+        )  # fmt: skip
+        states = [
+            self._replica_state(topic, p, broker_id)
+            for topic, p in self.image.replicas_on(broker_id)
+        ]
+        if states:
+            try:
+                await self._call_agent(broker_id, "ensure_replicas", states)
+            except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
+                log.warning("could not restore the replicas of broker %d: %r", broker_id, e)
+
+    async def _watch_brokers(self) -> None:
+        """Fence brokers whose heartbeats stopped and whose agent does not answer a probe."""
+        interval = min(self.liveness.session_timeout_ms / 5000, 0.1)
+        while True:
+            await asyncio.sleep(interval)
+            if self._stopping:
+                return
+            for broker_id in self.liveness.suspects(_now_ms()):
+                if broker_id not in self._probing and broker_id in self.image.brokers:
+                    self._probing.add(broker_id)
+                    self._spawn(self._probe(broker_id))
+
+    async def _probe(self, broker_id: int) -> None:
+        try:
+            try:
+                await asyncio.wait_for(self._agent(broker_id).ping.remote(), PROBE_TIMEOUT_S)
+                self._broker_alive(broker_id)  # only slow: its heartbeats will resume
+                return
+            except (asyncio.TimeoutError, ray.exceptions.RayActorError, BrokerNotAvailable):
+                pass
+            await self.fence_broker(broker_id)
+        finally:
+            self._probing.discard(broker_id)
+
+    async def fence_broker(self, broker_id: int) -> int:
+        """Take ``broker_id`` out of every ISR and move the leadership it held; returns how
+        many partitions changed."""
+        self.liveness.fence(broker_id)
+        self._agents.pop(broker_id, None)
+        log.warning("broker %d missed its heartbeats; fencing it", broker_id)
+        return await self._change_partitions(
+            lambda topic, p: elections.fence_broker(
+                p, broker_id, self.liveness.live(), self._unclean(topic)
+            )
+        )  # fmt: skip
+
+    async def _balance_leaders(self) -> None:
+        """Kafka's auto.leader.rebalance.enable: move leadership back to preferred replicas."""
+        interval = float(self.settings.get("leader.imbalance.check.interval.seconds",
+                                           LEADER_IMBALANCE_CHECK_INTERVAL_S))  # fmt: skip
+        while self.settings.get("auto.leader.rebalance.enable", True):
+            await asyncio.sleep(interval)
+            try:
+                await self._change_partitions(
+                    lambda topic, p: elections.preferred_leader(p, self.liveness.live())
+                )
+            except Exception:  # the next round tries again
+                log.exception("preferred leader election failed")
+
+    # -- partition changes ---------------------------------------------------------------------
+
+    async def _change_partitions(self, decide_one, only=None) -> int:
+        """Apply ``decide_one(topic, partition) -> new state | None`` to every partition (or
+        to the (topic, partition) pairs in ``only``), record the changes in one append, and
+        tell the replicas. Returns the number of partitions changed."""
+        async with self._lock:
+            changed = []
+            pairs = only if only is not None else [
+                (t, p) for t in self.image.topics.values() for p in t.partitions.values()
+            ]  # fmt: skip
+            for topic, p in pairs:
+                new = decide_one(topic, p)
+                if new is not None and new != p:
+                    changed.append((topic, p, new))
+            if not changed:
+                return 0
+            self.store.append([new.to_record(t.topic_id) for t, _, new in changed])
+            for topic, old, new in changed:
+                if new.leader != old.leader:
+                    log.warning("%s-%d: leader %d -> %d (epoch %d, ISR %s)", topic.name,
+                                new.partition, old.leader, new.leader, new.leader_epoch,
+                                new.isr)  # fmt: skip
+        for topic, old, new in changed:
+            self._after_change(topic, old, new)
+        return len(changed)
+
+    def _after_change(self, topic: TopicState, old: PartitionState, new: PartitionState) -> None:
+        """Tell the replicas of a changed partition; create replicas a reassignment adds and
+        delete the ones a finished reassignment removed."""
+        self._push_state(topic, new)
+        added = [b for b in new.replicas if b not in old.replicas]
+        if added:
+            self._spawn(self._ensure({b: [self._replica_state(topic, new, b)] for b in added}))
+        removed = [b for b in old.replicas if b not in new.replicas]
+        for b in removed:
+            self._spawn(self._delete_replica(topic, old, b))
+
+    def _push_state(self, topic: TopicState, p: PartitionState) -> None:
+        """Send the new state to every live replica, without waiting: a replica that misses
+        it asks for it (``partition_state``) when its leader stops answering."""
+        for broker_id in p.replicas:
+            if not self.liveness.is_live(broker_id):
+                continue
+            try:
+                handle = self._replica(topic, p, broker_id)
+            except ValueError:
+                continue
+            handle.update_state.remote(self._replica_state(topic, p, broker_id))
+
+    async def _delete_replica(self, topic: TopicState, p: PartitionState, broker_id: int):
+        try:
+            await self._call_agent(
+                broker_id, "delete_replicas", [self._replica_state(topic, p, broker_id)]
+            )
+        except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
+            log.warning("could not delete the moved replica %s-%d on broker %d: %r",
+                        topic.name, p.partition, broker_id, e)  # fmt: skip
+
+    def _find_partition(self, topic_id: str, partition: int):
+        topic = self.image.topics.get(topic_id)
+        p = topic.partitions.get(partition) if topic is not None else None
+        return topic, p
+
+    async def replica_started(
+        self, topic_id: str, partition: int, broker_id: int, clean: bool
+    ) -> tuple[dict | None, bool]:
+        """A replica actor (re)started with its log: decide what it is now. Answers (its
+        state, True), or (None, False) when it no longer belongs to the partition."""
+        self._broker_alive(broker_id)
+        topic, p = self._find_partition(topic_id, partition)
+        if p is None or broker_id not in p.replicas:
+            return None, False
+        await self._change_partitions(
+            lambda t, q: elections.replica_restarted(
+                q, broker_id, self.liveness.live() | {broker_id}, self._unclean(t), clean
+            ),
+            only=[(topic, p)],
+        )  # fmt: skip
+        topic, p = self._find_partition(topic_id, partition)
+        if p is None:
+            return None, False
+        return self._replica_state(topic, p, broker_id), True
+
+    async def partition_state(self, topic_id: str, partition: int, broker_id: int):
+        """The current state of a partition, as its replica on ``broker_id`` sees it."""
+        topic, p = self._find_partition(topic_id, partition)
+        if p is None or broker_id not in p.replicas:
+            return None
+        return self._replica_state(topic, p, broker_id)
+
+    async def alter_isr(
+        self, topic_id: str, partition: int, leader: int, leader_epoch: int,
+        partition_epoch: int, new_isr: list[int],
+    ) -> tuple[int, str, dict | None]:  # fmt: skip
+        """A leader's ISR proposal. Answers (0, "", new state) or (errno, message, current
+        state) when it was refused."""
+        topic, p = self._find_partition(topic_id, partition)
+        if p is None:
+            return UnknownTopicOrPartition.errno, "the partition no longer exists", None
+        refusal: list[RafkaError] = []
+
+        def decide_one(t, q):
+            try:
+                new = elections.alter_isr(
+                    q, leader, leader_epoch, partition_epoch, new_isr, self.liveness.live()
+                )
+            except RafkaError as e:
+                refusal.append(e)
+                return None
+            return new
+
+        await self._change_partitions(decide_one, only=[(topic, p)])
+        topic, p = self._find_partition(topic_id, partition)
+        state = self._replica_state(topic, p, leader) if p is not None else None
+        if refusal:
+            return refusal[0].errno, str(refusal[0]), state
+        return 0, "", state
+
+    async def elect_leaders(
+        self, election_type: str = "preferred", topic: str | None = None,
+        partitions: list[int] | None = None,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """Preferred (leadership back to each partition's first replica) or unclean
+        (a leader for partitions without one, from any live replica) elections, on demand."""
+        if election_type not in ("preferred", "unclean"):
+            raise InvalidReplicaAssignment(
+                f"election type {election_type!r} is unknown; use 'preferred' or 'unclean'"
+            )
+        topics = [self.image.topic(topic)] if topic is not None else [
+            t for t in self.image.topics.values()
+        ]  # fmt: skip
+        pairs = []
+        for t in topics:
+            for number in partitions if partitions is not None else sorted(t.partitions):
+                pairs.append((t, decide.check_known(self.image, t.name, number)))
+        live = self.liveness.live()
+        outcome: dict[tuple[str, int], RafkaError | None] = {}
+
+        def decide_one(t, p):
+            if election_type == "preferred":
+                new = elections.preferred_leader(p, live)
+                if new is None:
+                    outcome[t.topic_id, p.partition] = (
+                        ElectionNotNeeded(f"{t.name}-{p.partition} is led by its preferred "
+                                          f"replica {p.leader}")
+                        if p.leader == p.target_replicas[0] else
+                        PreferredLeaderNotAvailable(
+                            f"the preferred replica {p.target_replicas[0]} of {t.name}-"
+                            f"{p.partition} is not alive and in sync (ISR {p.isr})"
+                        )
+                    )  # fmt: skip
+            else:
+                new = elections.elect_if_leaderless(p, live, unclean=True)
+                if new is None:
+                    outcome[t.topic_id, p.partition] = ElectionNotNeeded(
+                        f"{t.name}-{p.partition} has a live leader ({p.leader})"
+                        if p.leader != NO_LEADER else
+                        f"{t.name}-{p.partition} has no live replica to elect"
+                    )  # fmt: skip
+            return new
+
+        await self._change_partitions(decide_one, only=pairs)
+        results = []
+        for t, p in pairs:
+            error = outcome.get((t.topic_id, p.partition))
+            current = self.image.topics[t.topic_id].partitions[p.partition]
+            results.append({
+                "topic": t.name, "partition": p.partition, "leader": current.leader,
+                "errno": error.errno if error else 0, "message": str(error) if error else "",
+            })  # fmt: skip
+        return results
+
+    async def reassign_partitions(
+        self, name: str, assignment: dict[int, list[int]]
+    ) -> dict[str, Any]:
+        """Move partitions of ``name`` to new replica lists (Kafka's
+        kafka-reassign-partitions): new replicas copy the log by following the leader; the
+        old ones are deleted once every new one is in sync."""
+        topic = self.image.topic(name)
+        pairs = [(topic, decide.check_known(self.image, name, int(n))) for n in assignment]
+        for _, p in pairs:  # check them all before changing any
+            elections.reassign(p, list(assignment[p.partition]), self.image.brokers)
+        def decide_one(t, p):
+            new = elections.reassign(p, list(assignment[p.partition]), self.image.brokers)
+            if new is None:
+                return None
+            # A pure removal has nothing to copy and completes at once.
+            live = self.liveness.live()
+            return elections.complete_reassignment(new, live, self._unclean(t)) or new
+
+        await self._change_partitions(decide_one, only=pairs)
+        return self._describe(self.image.topic(name))
 
     def _agent(self, broker_id: int):
         handle = self._agents.get(broker_id)
@@ -90,8 +423,11 @@ class Controller:
                 delay = min(delay * 2, 2.0)
 
     def _live_brokers(self) -> list[int]:
+        """Registered brokers that are not fenced and whose node agent exists."""
         live = []
         for broker_id in sorted(self.image.brokers):
+            if not self.liveness.is_live(broker_id):
+                continue
             try:
                 self._agent(broker_id)
                 live.append(broker_id)
@@ -105,7 +441,9 @@ class Controller:
         return {
             "topic": topic.name, "topic_id": topic.topic_id, "partition": p.partition,
             "broker_id": broker_id, "replicas": p.replicas, "isr": p.isr, "leader": p.leader,
-            "leader_epoch": p.leader_epoch, "config": topic.config,
+            "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+            "adding": p.adding, "removing": p.removing, "config": topic.config,
+            "settings": {k: self.settings[k] for k in REPLICA_SETTINGS if k in self.settings},
         }  # fmt: skip
 
     def _states_by_broker(self, topic: TopicState, partitions) -> dict[int, list[dict]]:
@@ -160,13 +498,23 @@ class Controller:
             self.store.append(decide.alter_config(self.image, name, changes))
             topic = self.image.topic(name)
             config = topic.config
-        await asyncio.gather(
-            *(
-                self._replica(topic, p, b).update_state.remote({"config": config})
-                for p in topic.partitions.values()
-                for b in p.replicas
-            )
-        )
+        pushes = []
+        for p in topic.partitions.values():
+            for b in p.replicas:
+                if self.liveness.is_live(b):  # the others read it when they check in
+                    try:
+                        pushes.append(self._replica(topic, p, b).update_state.remote(
+                            {"config": config}
+                        ))  # fmt: skip
+                    except ValueError:
+                        pass
+        if pushes:
+            await asyncio.wait([asyncio.ensure_future(r) for r in pushes], timeout=10)
+        if self._unclean(topic):  # partitions without a leader may take any live replica now
+            await self._change_partitions(
+                lambda t, q: elections.elect_if_leaderless(q, self.liveness.live(), True),
+                only=[(topic, q) for q in topic.partitions.values()],
+            )  # fmt: skip
         return self._describe(topic)
 
     async def delete_topic(self, name: str) -> None:
@@ -181,9 +529,11 @@ class Controller:
         )
 
     def _replica(self, topic: TopicState, p: PartitionState, broker_id: int):
-        return ray.get_actor(
-            replica_name(topic.topic_id, p.partition, broker_id), namespace=self.namespace
-        )
+        name = replica_name(topic.topic_id, p.partition, broker_id)
+        handle = self._replicas.get(name)
+        if handle is None:
+            handle = self._replicas[name] = ray.get_actor(name, namespace=self.namespace)
+        return handle
 
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         return sorted(
@@ -201,7 +551,9 @@ class Controller:
             "config": LogConfig.from_dict(topic.config).to_dict(), "overrides": topic.config,
             "partitions": [
                 {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                 "replicas": p.replicas, "isr": p.isr}
+                 "partition_epoch": p.partition_epoch, "replicas": p.replicas, "isr": p.isr,
+                 "adding": p.adding, "removing": p.removing,
+                 "offline": p.leader == NO_LEADER or not self.liveness.is_live(p.leader)}
                 for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
             ],
         }  # fmt: skip
@@ -248,7 +600,10 @@ class Controller:
                 alive = True
             except (BrokerNotAvailable, ray.exceptions.RayActorError, asyncio.TimeoutError):
                 status, alive = {}, False
-            brokers.append({"broker_id": broker_id, "disk": broker.disk, "alive": alive, **status})
+            brokers.append({
+                "broker_id": broker_id, "disk": broker.disk, "rack": broker.rack, "alive": alive,
+                "fenced": broker_id in self.liveness.fenced, **status,
+            })  # fmt: skip
         return {
             "controller_disk": self.disk, "metadata_offset": self.image.offset,
             "brokers": brokers, "topics": len(self.image.topics),
@@ -257,6 +612,7 @@ class Controller:
 
     async def stop_replicas(self) -> int:
         """Close every replica cleanly and stop its actor (``rafka down``)."""
+        self._stopping = True  # heartbeats stop now; that is no reason to move leaders
         by_broker: dict[int, list[dict]] = {}
         for topic in self.image.topics.values():
             for b, states in self._states_by_broker(topic, topic.partitions.values()).items():
@@ -271,3 +627,7 @@ class Controller:
                 log.warning("could not stop the replicas of a disk cleanly: %r", outcome)
         self.store.close()
         return sum(n for n in stopped if isinstance(n, int))
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)

@@ -8,6 +8,7 @@ its replicas come back to their files.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 from typing import Any
@@ -26,6 +27,10 @@ from rafka.storage.checkpoint import read_text, write_atomically
 from rafka.storage.log_loader import ensure_writable_directory
 
 META_PROPERTIES = "meta.properties"
+#: Node label naming the rack (or zone) of a disk node, for rack-aware replica placement.
+RACK_LABEL = "rafka-rack"
+
+log = logging.getLogger(__name__)
 
 
 def read_meta_properties(directory: str) -> dict[str, str]:
@@ -59,18 +64,49 @@ class NodeAgent:
                 f"{disk!r}: each disk needs its own data directory"
             )
         self.broker_id = int(props["broker.id"]) if "broker.id" in props else None
+        self.rack = _node_label(RACK_LABEL)
         self.replicas: dict[str, Any] = {}
+        self._controller = None
+        self._heartbeats: asyncio.Task | None = None
+        # Heartbeats start on their own: after a node comes back, Ray restarts this actor
+        # and nobody else calls it.
+        ray.get_runtime_context().current_actor.start_heartbeats.remote()
 
     async def start(self) -> int:
         """Register this disk with the controller; returns its broker id (new or kept)."""
-        controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
-        broker_id = await controller.register_broker.remote(self.disk, self.broker_id)
+        await self.start_heartbeats()
+        return await self._heartbeat()
+
+    async def ping(self) -> int | None:
+        return self.broker_id
+
+    async def start_heartbeats(self) -> None:
+        if self._heartbeats is None:
+            self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    async def _heartbeat(self) -> int:
+        """One heartbeat (registering the disk if the controller does not know it)."""
+        if self._controller is None:
+            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+        broker_id, self._interval_ms = await asyncio.wait_for(
+            self._controller.heartbeat.remote(self.disk, self.broker_id, self.rack), 10
+        )
         if broker_id != self.broker_id:
             self.broker_id = broker_id
             write_meta_properties(
                 self.directory, {"broker.id": str(broker_id), "disk": self.disk, "version": "1"}
             )
         return broker_id
+
+    async def _heartbeat_loop(self) -> None:
+        self._interval_ms = 200
+        while True:
+            try:
+                await self._heartbeat()
+            except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
+                self._controller = None  # not started yet, or restarting
+                log.debug("heartbeat of disk %s failed: %r", self.disk, e)
+            await asyncio.sleep(self._interval_ms / 1000)
 
     async def ensure_replicas(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Create (or find) the replica actors for ``states`` on this disk; wait until each has
@@ -82,7 +118,7 @@ class NodeAgent:
             handle = actor.options(
                 name=name, namespace=self.namespace, get_if_exists=True,
                 **pinned_to_disk(self.disk),
-            ).remote(self.directory, state)  # fmt: skip
+            ).remote(self.directory, state, namespace=self.namespace)  # fmt: skip
             self.replicas[name] = handle
             handles.append(handle)
         return list(await asyncio.gather(*(h.ready.remote() for h in handles)))
@@ -126,6 +162,15 @@ class NodeAgent:
             "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid(),
             "disk_total_bytes": usage.total, "disk_free_bytes": usage.free,
         }  # fmt: skip
+
+
+def _node_label(name: str) -> str | None:
+    """A label of the node this process runs on (None when it is not set)."""
+    node_id = ray.get_runtime_context().get_node_id()
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id:
+            return (node.get("Labels") or {}).get(name)
+    return None
 
 
 def _find(name: str, namespace: str):

@@ -1,8 +1,17 @@
 """PartitionReplica: the Ray actor that owns one replica of one partition.
 
 A thin shell over ``rafka.storage.log.Log`` (the files) and ``rafka.cluster.replication``
-(in-sync replicas and the high watermark). It is an async actor: produce, long-poll fetch and
-the maintenance timer share one event loop, so an append wakes waiting fetches directly.
+(in-sync replicas, the high watermark, divergence). It is an async actor: produce, long-poll
+fetch, the follower fetch loop and the timers share one event loop, so an append wakes
+waiting fetches directly.
+
+Roles come from the controller, as partition states ``{leader, leader_epoch, isr, replicas,
+partition_epoch, ...}``; a state older than the one held is ignored. The leader appends
+client batches and answers followers' ``replicate`` calls; a follower pulls from the leader
+in a loop, truncating where its log diverged. A replica that restarts (Ray re-runs this
+constructor) checks in with the controller before it leads or follows again, and ignores
+every pushed state until then: its log may have lost unflushed records, and only the
+controller may decide what it is now.
 
 Calls answer with tuples whose first two fields are an error code and message (0, "" on
 success), so an expected error costs no exception across Ray; clients turn codes back into
@@ -21,13 +30,25 @@ from typing import Any
 
 import msgpack
 import numpy as np
+import ray
 
-from rafka.cluster.replication import LeaderState
+from rafka.actors.placement import CONTROLLER_NAME, replica_name
+from rafka.cluster.metadata import NO_LEADER
+from rafka.cluster.replication import (
+    REPLICA_LAG_TIME_MAX_MS,
+    UNDEFINED_EPOCH,
+    LeaderState,
+    diverging_epoch,
+    truncation_offset,
+)
 from rafka.errors import (
+    FencedLeaderEpoch,
     NotEnoughReplicas,
     NotLeaderOrFollower,
+    OffsetOutOfRange,
     RafkaError,
     RequestTimedOut,
+    UnknownLeaderEpoch,
 )
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import write_atomically
@@ -44,55 +65,82 @@ LATEST = -1
 _EMPTY = np.zeros(0, dtype=np.uint8)
 UNKNOWN_CLIENT_WAIT_MS = 200
 
+# Broker-level replication settings (Kafka's names), carried in the state's "settings".
+REPLICA_FETCH_WAIT_MAX_MS = 500
+REPLICA_FETCH_MAX_BYTES = 1 << 20
+#: A follower that has heard nothing useful from its leader for this long asks the
+#: controller for the partition's state (a pushed state may have been lost).
+STATE_PULL_AFTER_S = 1.0
+
 
 class PartitionReplica:
     """One replica. ``state`` is the controller's view at creation; the replica keeps its own
-    latest copy in ``partition.metadata`` so a restart by Ray (which re-runs this constructor
-    with the original arguments) resumes from what it last knew, not from the creation args."""
+    latest copy in ``partition.metadata``, so a restart resumes from what it last knew (and
+    then checks in with the controller) rather than from the creation arguments."""
 
-    def __init__(self, data_dir: str, state: dict[str, Any], maintenance_interval_s: float = 30.0):
+    def __init__(
+        self,
+        data_dir: str,
+        state: dict[str, Any],
+        maintenance_interval_s: float = 30.0,
+        namespace: str | None = None,
+    ):
         self.directory = partition_dir(data_dir, state["topic"], state["partition"])
         os.makedirs(self.directory, exist_ok=True)
         saved = _read_state(self.directory)
-        if saved is not None and saved["topic_id"] == state["topic_id"]:
-            state = saved
-        self.state = state
+        restarted = saved is not None and saved["topic_id"] == state["topic_id"]
+        if restarted:
+            state = {**state, **saved, "settings": state.get("settings", {})}
+        self.state = _with_defaults(state)
         self.topic = state["topic"]
+        self.topic_id = state["topic_id"]
         self.partition = state["partition"]
         self.broker_id = state["broker_id"]
+        self.namespace = namespace
         self.log = Log(self.directory, LogConfig.from_dict(state["config"]))
         self.leader: LeaderState | None = None
-        self._apply_leadership()
-        _write_state(self.directory, state)
+        # A restarted replica neither leads nor follows until the controller has answered
+        # its check-in; a new one starts from the state it was created with.
+        self.checked_in = not restarted
+        if self.checked_in:
+            self._become_leader_if_named()
+        _write_state(self.directory, self.state)
         self._appended: asyncio.Condition | None = None
         self._maintenance_interval_s = maintenance_interval_s
-        self._maintenance: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._follower: asyncio.Task | None = None
+        self._isr_sender: asyncio.Task | None = None
+        self._handles: dict[int, Any] = {}
+        self._controller = None
         self._closed = False
+        self.deleted = False
         # Ray starts an async actor's calls in arrival order but does not promise to run
         # them in the order one client sent them, so each producer numbers its requests to
         # this partition and they are appended in that order (see _wait_turn).
         self._next_request: dict[str, list] = {}  # client id -> [next number, last used]
         self._turn_changed: asyncio.Condition | None = None
+        # Start the loops (check-in, follower fetch, timers) without waiting for a caller.
+        if namespace is not None:
+            ray.get_runtime_context().current_actor.ready.remote()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def _apply_leadership(self) -> None:
-        s = self.state
-        if s["leader"] == self.broker_id:
-            self.leader = LeaderState(
-                self.broker_id, s["replicas"], s["isr"], s["leader_epoch"],
-                self.log.log_end_offset, self.log.high_watermark, now_ms(),
-            )  # fmt: skip
-            self.log.update_high_watermark(self.leader.on_local_append(self.log.log_end_offset))
-        else:
-            self.leader = None
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.state.get("settings") or {}
 
     def _loop_ready(self) -> asyncio.Condition:
-        # The condition and the timer need the actor's running loop, which __init__ lacks.
+        # The conditions and timers need the actor's running loop, which __init__ lacks.
         if self._appended is None:
             self._appended = asyncio.Condition()
             self._turn_changed = asyncio.Condition()
-            self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
+            loop = asyncio.get_running_loop()
+            self._tasks.append(loop.create_task(self._maintain()))
+            self._tasks.append(loop.create_task(self._watch_isr()))
+            if not self.checked_in:
+                self._tasks.append(loop.create_task(self._check_in()))
+            else:
+                self._follow_if_needed()
         return self._appended
 
     async def ready(self) -> dict[str, Any]:
@@ -111,6 +159,7 @@ class PartitionReplica:
         """Flush (flush.ms), retention and compaction, as Kafka's log manager does on a timer."""
         now = now_ms()
         self.log.maybe_flush()
+        self.log.checkpoint_high_watermark()
         freed = delete_expired_segments(self.log, now) if self.log.config.delete else 0
         cleaned = 0
         if self.log.config.compact and dirty_ratio(self.log) >= (
@@ -123,25 +172,282 @@ class PartitionReplica:
     async def maintain_now(self) -> dict[str, int]:
         return self.run_maintenance()
 
-    async def update_state(self, state: dict[str, Any]) -> None:
-        """The controller's new view of this partition (config, leadership)."""
-        self.state = {**self.state, **state}
-        self.log.config = LogConfig.from_dict(self.state["config"])
-        self._apply_leadership()
-        _write_state(self.directory, self.state)
-
     async def close(self) -> None:
         """Flush and close the log cleanly (a clean-shutdown marker spares recovery)."""
         if not self._closed:
             self._closed = True
-            if self._maintenance is not None:
-                self._maintenance.cancel()
+            for task in [*self._tasks, self._follower, self._isr_sender]:
+                if task is not None:
+                    task.cancel()
+            self.leader = None
+            if self._appended is not None:
+                async with self._appended:
+                    self._appended.notify_all()
             self.log.close()
 
     async def delete(self) -> None:
-        """Close and remove this replica's files (its topic was deleted)."""
+        """Close and remove this replica's files (its topic was deleted or it was moved)."""
         await self.close()
+        self.deleted = True
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    # -- the controller's view -----------------------------------------------------------------
+
+    def _controller_handle(self):
+        if self._controller is None:
+            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+        return self._controller
+
+    async def _call_controller(self, method: str, *args, timeout_s: float = 10.0):
+        """One controller call; None when it could not be made (the caller retries)."""
+        try:
+            ref = getattr(self._controller_handle(), method).remote(*args)
+            return await asyncio.wait_for(ref, timeout_s)
+        except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
+            log.info("%s-%d: controller %s failed: %r", self.topic, self.partition, method, e)
+            self._controller = None
+            return None
+
+    async def _check_in(self) -> None:
+        """Tell the controller this replica restarted (and whether its log was closed
+        cleanly); adopt the state it answers. Retried until the controller answers."""
+        report = self.log.recovery_report
+        clean = bool(report and report.clean_shutdown and not report.dropped_data)
+        delay = 0.05
+        while not self._closed:
+            answer = await self._call_controller(
+                "replica_started", self.topic_id, self.partition, self.broker_id, clean
+            )
+            if answer is not None:
+                state, exists = answer
+                if not exists:
+                    log.warning("%s-%d: no longer assigned here; closing", self.topic,
+                                self.partition)  # fmt: skip
+                    await self.close()
+                    return
+                self.checked_in = True
+                self._adopt(state, force=True)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def update_state(self, state: dict[str, Any]) -> None:
+        """The controller's new view of this partition: a whole state, or a config change."""
+        if self._closed:
+            return
+        self._loop_ready()
+        if "leader_epoch" not in state:
+            self.state = {**self.state, **state}
+            self.log.config = LogConfig.from_dict(self.state["config"])
+            _write_state(self.directory, self.state)
+            return
+        if self.checked_in:
+            self._adopt(state)
+
+    def _adopt(self, new: dict[str, Any], force: bool = False) -> None:
+        old = self.state
+        if not force and _version(new) < _version(old):
+            return
+        self.state = _with_defaults({**old, **new})
+        self.log.config = LogConfig.from_dict(self.state["config"])
+        _write_state(self.directory, self.state)
+        s = self.state
+        if s["leader"] == self.broker_id:
+            leader = self.leader
+            if leader is not None and leader.leader_epoch == s["leader_epoch"]:
+                if leader.replicas != s["replicas"]:
+                    leader.update_replicas(s["replicas"], now_ms())
+                if self._set_high_watermark(
+                    leader.on_isr_committed(s["isr"], s["partition_epoch"])
+                ):
+                    self._wake_waiters()
+            else:
+                self._become_leader_if_named()
+                self._wake_waiters()
+            self._stop_following()
+        else:
+            if self.leader is not None:
+                log.info("%s-%d: broker %d gives up leadership to %d (epoch %d)",
+                         self.topic, self.partition, self.broker_id, s["leader"],
+                         s["leader_epoch"])  # fmt: skip
+                self.leader = None
+                self._wake_waiters()
+            if _version(new) != _version(old) or self._follower is None:
+                self._stop_following()
+                self._follow_if_needed()
+
+    def _become_leader_if_named(self) -> None:
+        s = self.state
+        if s["leader"] != self.broker_id:
+            self.leader = None
+            return
+        self.leader = LeaderState(
+            self.broker_id, s["replicas"], s["isr"], s["leader_epoch"],
+            self.log.log_end_offset, self.log.high_watermark, now_ms(),
+            int(self.settings.get("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS)),
+            s["partition_epoch"],
+        )  # fmt: skip
+        self.log.update_high_watermark(self.leader.on_local_append(self.log.log_end_offset))
+        log.info("%s-%d: broker %d leads in epoch %d (ISR %s, log end %d)", self.topic,
+                 self.partition, self.broker_id, s["leader_epoch"], s["isr"],
+                 self.log.log_end_offset)  # fmt: skip
+
+    def _wake_waiters(self) -> None:
+        appended = self._appended
+        if appended is not None:
+            asyncio.get_running_loop().create_task(_notify(appended))
+
+    def _set_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark forward to ``offset``; True when it moved (the caller
+        wakes waiting fetches and acks=all produces)."""
+        if offset > self.log.high_watermark:
+            self.log.update_high_watermark(offset)
+            return True
+        return False
+
+    # -- the leader's ISR ----------------------------------------------------------------------
+
+    async def _watch_isr(self) -> None:
+        """A leader re-checks its followers' lag a few times per lag window, so a follower
+        that stopped fetching leaves the ISR even when nothing else happens."""
+        while not self._closed:
+            lag_ms = int(self.settings.get("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS))
+            await asyncio.sleep(min(max(lag_ms / 4000, 0.05), 1.0))
+            self._maybe_propose_isr()
+
+    def _maybe_propose_isr(self) -> None:
+        leader = self.leader
+        if leader is None or self._closed:
+            return
+        proposal = leader.proposed_isr(now_ms())
+        if proposal is None:
+            return
+        leader.propose(proposal)
+        self._isr_sender = asyncio.get_running_loop().create_task(
+            self._send_isr(leader, proposal)
+        )
+
+    async def _send_isr(self, leader: LeaderState, proposal: list[int]) -> None:
+        """Send one ISR proposal until the controller answers, or this leader is replaced."""
+        delay = 0.05
+        while self.leader is leader and leader.pending_isr == proposal and not self._closed:
+            log.info("%s-%d: leader %d proposes ISR %s (was %s)", self.topic, self.partition,
+                     self.broker_id, proposal, leader.isr)  # fmt: skip
+            answer = await self._call_controller(
+                "alter_isr", self.topic_id, self.partition, self.broker_id,
+                leader.leader_epoch, leader.partition_epoch, proposal,
+            )  # fmt: skip
+            if answer is None:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            errno, message, state = answer
+            if self.leader is not leader:
+                return
+            if errno:
+                log.info("%s-%d: ISR proposal refused: %s", self.topic, self.partition, message)
+                leader.on_proposal_refused()
+            if state is not None:
+                self._adopt(state)
+            return
+
+    # -- following -----------------------------------------------------------------------------
+
+    def _follow_if_needed(self) -> None:
+        if self._closed or not self.checked_in or self.leader is not None:
+            return
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.get_running_loop().create_task(self._follow())
+
+    def _stop_following(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            self._follower = None
+
+    def _leader_handle(self, broker_id: int):
+        handle = self._handles.get(broker_id)
+        if handle is None:
+            handle = ray.get_actor(
+                replica_name(self.topic_id, self.partition, broker_id), namespace=self.namespace
+            )
+            self._handles[broker_id] = handle
+        return handle
+
+    async def _follow(self) -> None:
+        """Pull from the leader until this replica is told it leads or is closed."""
+        wait_ms = int(self.settings.get("replica.fetch.wait.max.ms", REPLICA_FETCH_WAIT_MAX_MS))
+        max_bytes = int(self.settings.get("replica.fetch.max.bytes", REPLICA_FETCH_MAX_BYTES))
+        last_progress = time.monotonic()
+        delay = 0.02
+        while not self._closed and self.leader is None:
+            s = self.state
+            leader_id = s["leader"]
+            if time.monotonic() - last_progress > STATE_PULL_AFTER_S:
+                last_progress = time.monotonic()
+                state = await self._call_controller("partition_state", self.topic_id,
+                                                    self.partition, self.broker_id)  # fmt: skip
+                if state is not None:
+                    self._adopt(state)  # may cancel this task and start a fresh one
+                    if self.state["leader"] != leader_id:
+                        continue
+            if leader_id == NO_LEADER or leader_id == self.broker_id:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                handle = self._leader_handle(leader_id)
+                ref = handle.replicate.remote(
+                    self.broker_id, s["leader_epoch"], self.log.log_end_offset,
+                    self.log.latest_epoch, max_bytes, wait_ms,
+                )  # fmt: skip
+                answer = await asyncio.wait_for(ref, wait_ms / 1000 + 5.0)
+            except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
+                log.debug("%s-%d: fetch from %d failed: %r", self.topic, self.partition,
+                          leader_id, e)  # fmt: skip
+                self._handles.pop(leader_id, None)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            if self.leader is not None or self.state["leader_epoch"] != s["leader_epoch"]:
+                continue  # the role changed while the fetch was out
+            errno, message, hw, log_start, _, div_epoch, div_end, records = answer
+            if errno == OffsetOutOfRange.errno:
+                log.warning("%s-%d: below the leader's log start %d; starting there",
+                            self.topic, self.partition, log_start)  # fmt: skip
+                self.log.truncate_fully_and_start_at(log_start)
+                continue
+            if errno:
+                await asyncio.sleep(delay)  # a stale or newer epoch: the state is on its way
+                delay = min(delay * 2, 0.5)
+                continue
+            delay = 0.02
+            last_progress = time.monotonic()
+            if div_end >= 0:
+                self._truncate(hw, div_epoch, div_end)
+                continue
+            if len(records):
+                self._append_from_leader(records, log_start)
+            self._set_high_watermark(min(hw, self.log.log_end_offset))
+
+    def _truncate(self, leader_hw: int, epoch: int, end_offset: int) -> None:
+        log_ = self.log
+        target = truncation_offset(
+            lambda e: log_.epoch_cache.end_offset_for(e, log_.log_end_offset),
+            log_.log_end_offset, log_.high_watermark, epoch, end_offset,
+        )  # fmt: skip
+        if target < log_.log_end_offset:
+            log.warning("%s-%d: diverged from the leader after epoch %d; truncating %d -> %d",
+                        self.topic, self.partition, epoch, log_.log_end_offset, target)
+            log_.truncate_to(target)
+
+    def _append_from_leader(self, records: np.ndarray, leader_log_start: int) -> None:
+        log_ = self.log
+        first = rb.read_header(memoryview(records), 0, check_codec=False)
+        if first.base_offset < log_.log_end_offset and log_.log_end_offset == log_.log_start_offset:
+            # An empty log starting inside the leader's first batch (the leader's log start
+            # lies inside it): start where that batch starts.
+            log_.truncate_fully_and_start_at(first.base_offset)
+        log_.append_as_follower(records)
+        log_.maybe_flush()
 
     # -- produce -------------------------------------------------------------------------------
 
@@ -225,21 +531,28 @@ class PartitionReplica:
                 if request_no >= 0:
                     await self._end_turn(client_id, request_no)
             if self.log.log_end_offset > leader.log_end_offset:
-                self.log.update_high_watermark(leader.on_local_append(self.log.log_end_offset))
+                self._set_high_watermark(leader.on_local_append(self.log.log_end_offset))
                 self.log.maybe_flush()
                 async with appended:
                     appended.notify_all()
             if acks == -1 and self.log.high_watermark <= last_offset:
-                await self._await_high_watermark(last_offset + 1, timeout_ms)
+                await self._await_high_watermark(leader, last_offset + 1, timeout_ms)
         except RafkaError as e:
             return (e.errno, str(e), -1, [])
         return (0, "", self.log.log_start_offset, results)
 
-    async def _await_high_watermark(self, offset: int, timeout_ms: int) -> None:
+    async def _await_high_watermark(self, leader: LeaderState, offset: int, timeout_ms: int):
+        """Wait until the high watermark reaches ``offset``, while ``leader`` still leads."""
         appended = self._loop_ready()
         deadline = time.monotonic() + timeout_ms / 1000
         async with appended:
             while self.log.high_watermark < offset:
+                if self.leader is not leader:
+                    raise NotLeaderOrFollower(
+                        f"broker {self.broker_id} lost the leadership of {self.topic}-"
+                        f"{self.partition} before the batch ending at offset {offset - 1} was "
+                        "replicated; retry with the new leader"
+                    )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise RequestTimedOut(
@@ -252,62 +565,117 @@ class PartitionReplica:
                 except asyncio.TimeoutError:
                     pass
 
-    def _leader(self) -> LeaderState:
-        if self.leader is None:
+    def _leader(self, epoch: int | None = None) -> LeaderState:
+        """This replica's leader state; NotLeaderOrFollower when it does not lead, and
+        FencedLeaderEpoch/UnknownLeaderEpoch when ``epoch`` (the caller's) is older/newer."""
+        leader = self.leader
+        if leader is None:
             raise NotLeaderOrFollower(
                 f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition} "
                 f"(leader is {self.state['leader']}); refresh metadata and retry"
             )
-        return self.leader
+        if epoch is not None and epoch != leader.leader_epoch:
+            error = FencedLeaderEpoch if epoch < leader.leader_epoch else UnknownLeaderEpoch
+            raise error(
+                f"leader epoch {epoch} of {self.topic}-{self.partition} does not match the "
+                f"leader's {leader.leader_epoch}; refresh metadata and retry"
+            )
+        return leader
 
     # -- fetch ---------------------------------------------------------------------------------
 
     async def fetch(
-        self,
-        offset: int,
-        max_bytes: int,
-        min_bytes: int = 1,
-        max_wait_ms: int = 500,
-        replica_id: int = -1,
+        self, offset: int, max_bytes: int, min_bytes: int = 1, max_wait_ms: int = 500
     ) -> tuple:
-        """Whole batches from ``offset``: up to the high watermark for consumers
-        (``replica_id`` -1), up to the log end for a follower (its broker id), which also
-        reports the follower's progress. Waits up to ``max_wait_ms`` for ``min_bytes``.
-        Answers (errno, message, high_watermark, log_start_offset, log_end_offset, records)."""
-        appended = self._loop_ready()
+        """A consumer's fetch: whole batches from ``offset`` up to the high watermark. Waits
+        up to ``max_wait_ms`` for ``min_bytes``. Answers (errno, message, high_watermark,
+        log_start_offset, log_end_offset, records)."""
         try:
-            leader = self._leader()
-            if replica_id >= 0:
-                if replica_id not in leader.followers:
-                    raise NotLeaderOrFollower(
-                        f"broker {replica_id} is not a follower of {self.topic}-{self.partition}"
-                    )
-                hw = leader.on_follower_fetch(replica_id, offset, now_ms())
-                if hw > self.log.high_watermark:
-                    self.log.update_high_watermark(hw)
-                    async with appended:
-                        appended.notify_all()
-            data = self._read(offset, max_bytes, replica_id)
-            if len(data) < min_bytes and max_wait_ms > 0:
-                deadline = time.monotonic() + max_wait_ms / 1000
-                async with appended:
-                    while len(data) < min_bytes:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        try:
-                            await asyncio.wait_for(appended.wait(), remaining)
-                        except asyncio.TimeoutError:
-                            pass
-                        data = self._read(offset, max_bytes, replica_id)
+            self._leader()
+            data = await self._read_waiting(offset, max_bytes, min_bytes, max_wait_ms, True)
         except RafkaError as e:
             return (e.errno, str(e), -1, -1, -1, _EMPTY)
         records = np.frombuffer(data, dtype=np.uint8) if len(data) else _EMPTY
         log_ = self.log
         return (0, "", log_.high_watermark, log_.log_start_offset, log_.log_end_offset, records)
 
-    def _read(self, offset: int, max_bytes: int, replica_id: int):
-        limit = None if replica_id >= 0 else self.log.high_watermark
+    async def replicate(
+        self,
+        follower: int,
+        leader_epoch: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        max_bytes: int,
+        max_wait_ms: int,
+    ) -> tuple:
+        """A follower's fetch: it holds everything below ``fetch_offset``, its last batch is
+        from ``last_fetched_epoch``, and it believes this replica leads in ``leader_epoch``.
+        Answers (errno, message, high_watermark, log_start_offset, log_end_offset,
+        diverging_epoch, diverging_end_offset, records): a diverging end offset >= 0 tells the
+        follower to truncate (KIP-320); otherwise records from ``fetch_offset`` up to the log
+        end, waiting up to ``max_wait_ms`` for some."""
+        appended = self._loop_ready()
+        log_ = self.log
+        try:
+            leader = self._leader(leader_epoch)
+            if follower not in leader.followers:
+                raise NotLeaderOrFollower(
+                    f"broker {follower} is not a replica of {self.topic}-{self.partition} "
+                    f"(replicas {leader.replicas})"
+                )
+            if fetch_offset < log_.log_start_offset:
+                raise OffsetOutOfRange(
+                    f"offset {fetch_offset} is below the log start {log_.log_start_offset}"
+                )
+            if fetch_offset > log_.log_end_offset and last_fetched_epoch == UNDEFINED_EPOCH:
+                return self._diverged(log_.latest_epoch, log_.log_end_offset)
+            diverged = diverging_epoch(
+                lambda e: log_.end_offset_for_epoch(e), fetch_offset, last_fetched_epoch
+            )
+            if diverged is not None:
+                return self._diverged(*diverged)
+            if self._set_high_watermark(
+                leader.on_follower_fetch(follower, fetch_offset, now_ms())
+            ):
+                async with appended:
+                    appended.notify_all()
+            self._maybe_propose_isr()
+            data = await self._read_waiting(fetch_offset, max_bytes, 1, max_wait_ms, False)
+        except RafkaError as e:
+            return (e.errno, str(e), -1, log_.log_start_offset, -1, -1, -1, _EMPTY)
+        records = np.frombuffer(data, dtype=np.uint8) if len(data) else _EMPTY
+        return (0, "", log_.high_watermark, log_.log_start_offset, log_.log_end_offset, -1, -1,
+                records)  # fmt: skip
+
+    def _diverged(self, epoch: int, end_offset: int) -> tuple:
+        log_ = self.log
+        return (0, "", log_.high_watermark, log_.log_start_offset, log_.log_end_offset,
+                epoch, max(end_offset, 0), _EMPTY)  # fmt: skip
+
+    async def _read_waiting(
+        self, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int, committed: bool
+    ):
+        """Batches from ``offset`` (below the high watermark when ``committed``), waiting up to
+        ``max_wait_ms`` for ``min_bytes``, while this replica keeps leading."""
+        appended = self._loop_ready()
+        leader = self.leader
+        data = self._read(offset, max_bytes, committed)
+        if len(data) < min_bytes and max_wait_ms > 0:
+            deadline = time.monotonic() + max_wait_ms / 1000
+            async with appended:
+                while len(data) < min_bytes and self.leader is leader:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    try:
+                        await asyncio.wait_for(appended.wait(), remaining)
+                    except asyncio.TimeoutError:
+                        pass
+                    data = self._read(offset, max_bytes, committed)
+        return data
+
+    def _read(self, offset: int, max_bytes: int, committed: bool):
+        limit = self.log.high_watermark if committed else None
         return self.log.read(offset, max_bytes, limit).records
 
     async def list_offset(self, timestamp: int) -> tuple:
@@ -338,6 +706,7 @@ class PartitionReplica:
             "topic": self.topic, "partition": self.partition, "broker_id": self.broker_id,
             "leader": self.state["leader"], "leader_epoch": self.state["leader_epoch"],
             "isr": list(self.leader.isr) if self.leader else list(self.state["isr"]),
+            "role": "leader" if self.leader else ("follower" if self.checked_in else "starting"),
             "log_start_offset": log_.log_start_offset, "high_watermark": log_.high_watermark,
             "log_end_offset": log_.log_end_offset, "size_bytes": log_.size_bytes,
             "segments": len(log_.segments), "pid": os.getpid(),
@@ -373,3 +742,22 @@ def _read_state(directory: str) -> dict[str, Any] | None:
 
 def _write_state(directory: str, state: dict[str, Any]) -> None:
     write_atomically(os.path.join(directory, STATE_FILE), msgpack.packb(state))
+
+
+def _version(state: dict[str, Any]) -> tuple[int, int]:
+    return state.get("leader_epoch", -1), state.get("partition_epoch", -1)
+
+
+def _with_defaults(state: dict[str, Any]) -> dict[str, Any]:
+    """States written before partition epochs and reassignments existed lack those fields."""
+    out = dict(state)
+    out.setdefault("partition_epoch", 0)
+    out.setdefault("adding", [])
+    out.setdefault("removing", [])
+    out.setdefault("settings", {})
+    return out
+
+
+async def _notify(condition: asyncio.Condition) -> None:
+    async with condition:
+        condition.notify_all()

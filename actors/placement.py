@@ -16,6 +16,9 @@ from typing import Any
 
 #: Custom resource a node declares to offer a data disk (``ray start --resources``).
 DISK_RESOURCE = "rafka_disk"
+#: Custom resource of a node that hosts the controller without being a broker (like Kafka's
+#: dedicated controller nodes); its ``rafka-disk`` label names the controller's directory.
+CONTROLLER_RESOURCE = "rafka_controller"
 #: Node label naming the disk (``ray start --labels``); also the data directory's last part.
 DISK_LABEL = "rafka-disk"
 #: The disk name a node gets when it declares the resource but no label.
@@ -72,11 +75,12 @@ def replica_name(topic_id: str, partition: int, broker_id: int) -> str:
     return f"rafka-replica-{topic_id}-{partition}-b{broker_id}"
 
 
-def pinned_to_disk(disk: str) -> dict[str, Any]:
-    """Ray actor options that pin an actor to ``disk`` and restart it there forever."""
+def pinned_to_disk(disk: str, resource: str = DISK_RESOURCE) -> dict[str, Any]:
+    """Ray actor options that pin an actor to ``disk`` (a node labelled with it that offers
+    ``resource``) and restart it there forever."""
     return {
         "num_cpus": 0,
-        "resources": {DISK_RESOURCE: PINNED_DISK_SHARE},
+        "resources": {resource: PINNED_DISK_SHARE},
         "label_selector": {DISK_LABEL: check_disk_name(disk)},
         "max_restarts": -1,
         "max_task_retries": 0,

@@ -18,6 +18,7 @@ from rafka.actors.controller import Controller
 from rafka.actors.node_agent import NodeAgent
 from rafka.actors.placement import (
     CONTROLLER_NAME,
+    CONTROLLER_RESOURCE,
     DEFAULT_DISK,
     DISK_LABEL,
     DISK_RESOURCE,
@@ -82,6 +83,15 @@ def live_disks() -> list[str]:
     return sorted(disks)
 
 
+def controller_nodes() -> list[str]:
+    """Disk labels of the alive nodes that offer a dedicated controller place."""
+    return sorted(
+        check_disk_name((node.get("Labels") or {}).get(DISK_LABEL, DEFAULT_DISK))
+        for node in ray.nodes()
+        if node.get("Alive") and node.get("Resources", {}).get(CONTROLLER_RESOURCE, 0) > 0
+    )  # fmt: skip
+
+
 def find_controller(namespace: str):
     try:
         return ray.get_actor(CONTROLLER_NAME, namespace=namespace)
@@ -107,14 +117,17 @@ def start_services(
         )
     controller = find_controller(namespace)
     if controller is None:
-        disk = controller_disk or disks[0]
-        if disk not in disks:
+        dedicated = controller_nodes()
+        disk = controller_disk or (dedicated[0] if dedicated else disks[0])
+        if disk not in disks and disk not in dedicated:
             raise BrokerNotAvailable(
                 f"controller disk {disk!r} is not on a live node; live disks: {disks}"
+                + (f", controller nodes: {dedicated}" if dedicated else "")
             )
+        resource = CONTROLLER_RESOURCE if disk in dedicated else DISK_RESOURCE
         controller = ray.remote(Controller).options(
             name=CONTROLLER_NAME, namespace=namespace, get_if_exists=True,
-            max_concurrency=1000, **pinned_to_disk(disk),
+            max_concurrency=1000, **pinned_to_disk(disk, resource),
         ).remote(data_root, disk, namespace, settings or {})  # fmt: skip
     ray.get(controller.ping.remote(), timeout=timeout_s)
     agents = [

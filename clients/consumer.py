@@ -21,6 +21,7 @@ import time
 from itertools import repeat
 from typing import Any, Callable, Iterable
 
+from rafka.clients.metadata import RECHECK_INTERVAL_S, SUSPECT_AFTER_S
 from rafka.clients.serializers import resolve
 from rafka.errors import (
     IllegalState,
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 EARLIEST = -2
 LATEST = -1
 _RESETS = ("earliest", "latest", "none")
+RETRY_BACKOFF_S = 0.05
 _NO_HEADERS = ()
 _new_tuple = tuple.__new__
 
@@ -44,7 +46,7 @@ _new_tuple = tuple.__new__
 class _Partition:
     __slots__ = (
         "tp", "position", "fetch_offset", "paused", "in_flight", "chunks", "records",
-        "high_watermark", "log_start_offset", "generation",
+        "high_watermark", "log_start_offset", "generation", "retry_at",
     )  # fmt: skip
 
     def __init__(self, tp: TopicPartition) -> None:
@@ -52,7 +54,8 @@ class _Partition:
         self.position: int | None = None
         self.fetch_offset: int | None = None
         self.paused = False
-        self.in_flight = None  # ObjectRef of the outstanding fetch
+        self.in_flight = None  # (ObjectRef, generation, sent at, leader) of the open fetch
+        self.retry_at = 0.0  # after a retriable error, no new fetch before this
         self.chunks: collections.deque = collections.deque()  # [data, position in data]
         self.records: collections.deque = collections.deque()  # decoded, not yet returned
         self.high_watermark = -1
@@ -357,8 +360,9 @@ class Consumer:
     # -- fetching ------------------------------------------------------------------------------
 
     def _send_fetches(self) -> None:
+        now = time.monotonic()
         for state in self._partitions.values():
-            if state.paused or state.in_flight is not None:
+            if state.paused or state.in_flight is not None or state.retry_at > now:
                 continue
             if state.position is None:
                 self._reset(state)
@@ -373,37 +377,57 @@ class Consumer:
         except RafkaError as e:
             if not e.retriable:
                 raise
-            self._metadata.invalidate(state.tp.topic)
+            self._retry_later(state)
             return
         ref = self._gateway.fetch(
             replica, state.fetch_offset, self.max_partition_fetch_bytes, self.fetch_min_bytes,
             self.fetch_max_wait_ms,
         )  # fmt: skip
-        state.in_flight = (ref, state.generation)
+        leader = meta.partitions[state.tp.partition]
+        state.in_flight = (ref, state.generation, time.monotonic(), leader)
+
+    def _retry_later(self, state: _Partition) -> None:
+        """A retriable failure (leader moving or restarting): fresh metadata, short backoff."""
+        self._metadata.invalidate(state.tp.topic)
+        state.retry_at = time.monotonic() + RETRY_BACKOFF_S
+
+    def _abandon_stalled(self) -> None:
+        """Give up fetches outstanding far past their long-poll time whose leader has moved
+        (a request to a dead node may not fail for seconds)."""
+        now = time.monotonic()
+        stall_after = self.fetch_max_wait_ms / 1000 + SUSPECT_AFTER_S
+        for state in self._partitions.values():
+            if state.in_flight is None or now - state.in_flight[2] < stall_after:
+                continue
+            if self._metadata.leader_moved(state.tp.topic, state.tp.partition, state.in_flight[3]):
+                log.info("%s: the leader moved during a fetch; fetching again", state.tp)
+                state.in_flight = None
 
     def _await_answers(self, deadline: float) -> bool:
         """Wait (until ``deadline``) for fetch answers and buffer them; False on timeout."""
+        self._abandon_stalled()
         pending = {s.in_flight[0]: s for s in self._partitions.values() if s.in_flight}
         if not pending:
             remaining = deadline - time.monotonic()
             if remaining > 0:
                 time.sleep(min(remaining, 0.05))  # everything paused or failing: do not spin
             return time.monotonic() < deadline
-        remaining = max(0.0, deadline - time.monotonic())
+        # Wake at least every RECHECK_INTERVAL_S to look for stalled fetches.
+        remaining = max(0.0, min(deadline - time.monotonic(), RECHECK_INTERVAL_S))
         ready, waiting = self._gateway.wait(list(pending), 1, timeout_s=remaining)
         if ready and waiting:
             more, _ = self._gateway.wait(waiting, len(waiting), timeout_s=0)
             ready += more
         for ref in ready:
             state = pending[ref]
-            _, generation = state.in_flight
+            generation = state.in_flight[1]
             state.in_flight = None
             try:
                 answer = self._gateway.get(ref, self.request_timeout_s)
             except RafkaError as e:
                 if not e.retriable:
                     raise
-                self._metadata.invalidate(state.tp.topic)
+                self._retry_later(state)
                 continue
             if generation == state.generation:
                 self._on_answer(state, answer)
@@ -421,7 +445,7 @@ class Consumer:
                 return
             if not error.retriable:
                 raise error
-            self._metadata.invalidate(state.tp.topic)
+            self._retry_later(state)
             return
         state.high_watermark = high_watermark
         state.log_start_offset = log_start

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import NamedTuple
 
-from rafka.errors import error_class
+from rafka.errors import LeaderNotAvailable, error_class
+
+NO_LEADER = -1
+#: A request outstanding this long makes the client check whether the leader moved (a
+#: dead node's actor calls fail only after seconds, or never while Ray waits for the node).
+SUSPECT_AFTER_S = 0.5
+#: The least time between two such checks of one topic.
+RECHECK_INTERVAL_S = 0.2
 
 
 class PartitionLeader(NamedTuple):
@@ -31,6 +39,7 @@ class MetadataCache:
         self.gateway = gateway
         self.allow_auto_create = allow_auto_create
         self._topics: dict[str, TopicMetadata] = {}
+        self._checked: dict[str, float] = {}  # topic -> when leader_moved last asked
         self._lock = threading.Lock()
 
     def topic(self, name: str) -> TopicMetadata:
@@ -72,5 +81,28 @@ class MetadataCache:
                 self.gateway.forget_replica(meta.topic_id, partition, leader.leader)
 
     def replica(self, topic: TopicMetadata, partition: int):
-        """The leader replica's actor handle for ``partition``."""
-        return self.gateway.replica(topic.topic_id, partition, topic.partitions[partition].leader)
+        """The leader replica's actor handle for ``partition``; LeaderNotAvailable (retriable)
+        while the partition has no leader."""
+        leader = topic.partitions[partition].leader
+        if leader == NO_LEADER:
+            raise LeaderNotAvailable(
+                f"{topic.name}-{partition} has no leader right now (its in-sync replicas are "
+                "down); retrying until one comes back"
+            )
+        return self.gateway.replica(topic.topic_id, partition, leader)
+
+    def leader_moved(self, name: str, partition: int, sent_to: PartitionLeader) -> bool:
+        """Whether ``partition``'s leader is no longer ``sent_to`` (asking the controller at
+        most every RECHECK_INTERVAL_S per topic). A client whose request to ``sent_to`` is
+        outstanding for long calls this, then resends to the new leader."""
+        now = time.monotonic()
+        if now - self._checked.get(name, 0.0) >= RECHECK_INTERVAL_S:
+            self._checked[name] = now
+            try:
+                self.refresh([name])
+            except Exception:  # the controller restarting: ask again next time
+                return False
+        current = self._topics.get(name)
+        if current is None or partition >= len(current.partitions):
+            return False
+        return current.partitions[partition] != sent_to

@@ -36,9 +36,11 @@ from rafka.clients.producer_batches import (
     RecordFuture,
     new_future,
 )
+from rafka.clients.metadata import RECHECK_INTERVAL_S, SUSPECT_AFTER_S
 from rafka.clients.producer_config import make_config
 from rafka.errors import (
     IllegalState,
+    NotLeaderOrFollower,
     OutOfOrderSequence,
     RafkaError,
     RecordTooLarge,
@@ -86,6 +88,7 @@ class Producer:
         self._open: dict[tuple[str, int], ProducerBatch] = {}
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
         self._completions: collections.deque = collections.deque()
+        self._requests: set[_SentRequest] = set()  # produce calls awaiting an answer
         self._outstanding = 0  # batches created and not yet done
         self._buffered = 0  # bytes of records not yet acknowledged
         self._flushing = 0
@@ -388,6 +391,8 @@ class Producer:
 
     def _run_sender(self) -> None:
         while True:
+            if self._requests:
+                self._abandon_stalled()
             with self._lock:
                 to_send = self._collect_sendable()
                 while not to_send and not self._completions:
@@ -395,6 +400,10 @@ class Producer:
                         return
                     self._wake.wait(self._next_wakeup())
                     to_send = self._collect_sendable()
+                    if self._requests and time.monotonic() - min(
+                        r.sent_at for r in self._requests
+                    ) > SUSPECT_AFTER_S:
+                        break  # look for requests stuck at a leader that moved
                 completions = list(self._completions)
                 self._completions.clear()
             for batch, answer, error in completions:
@@ -406,6 +415,8 @@ class Producer:
         now = time.monotonic()
         deadlines = [b.created + self.config.linger_ms / 1000 for b in self._open.values()]
         deadlines += [q.ready[0].retry_at for q in self._queues.values() if q.ready]
+        if self._requests:
+            deadlines.append(now + RECHECK_INTERVAL_S)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - now) + 0.0005
@@ -479,12 +490,40 @@ class Producer:
         if config.acks == 0:
             self._post_request(request, (0, "", -1, [(0, "", -1, -1)] * len(request)), None)
             return
-        future = self._gateway.future(ref)
-        future.add_done_callback(lambda f, r=request: self._post_request(r, *_outcome(f)))
-
-    def _post_request(self, request: list[ProducerBatch], answer, error) -> None:
-        """Turn one request's answer into one completion per batch."""
+        sent = _SentRequest(request, time.monotonic(), meta.partitions[first.partition])
         with self._lock:
+            self._requests.add(sent)
+        future = self._gateway.future(ref)
+        future.add_done_callback(lambda f, r=sent: self._post_request(r, *_outcome(f)))
+
+    def _abandon_stalled(self) -> None:
+        """Requests outstanding for long whose partition's leader has moved since they were
+        sent are failed with NotLeaderOrFollower, so they are retried at the new leader: a
+        call to a dead node's actor may not fail for seconds. Sender thread, lock not held."""
+        now = time.monotonic()
+        with self._lock:
+            stalled = [r for r in self._requests if now - r.sent_at > SUSPECT_AFTER_S]
+        for sent in stalled:
+            first = sent.batches[0]
+            if self._metadata.leader_moved(first.topic, first.partition, sent.leader):
+                log.info("%s-%d: the leader moved during a produce; resending",
+                         first.topic, first.partition)  # fmt: skip
+                self._post_request(sent, None, NotLeaderOrFollower(
+                    f"the leader of {first.topic}-{first.partition} moved from broker "
+                    f"{sent.leader.leader} while the request was outstanding"
+                ))  # fmt: skip
+
+    def _post_request(self, request, answer, error) -> None:
+        """Turn one request's answer into one completion per batch. ``request`` is a list of
+        batches, or a _SentRequest (answered once: a late answer to an abandoned request is
+        dropped)."""
+        with self._lock:
+            if isinstance(request, _SentRequest):
+                if request.settled:
+                    return
+                request.settled = True
+                self._requests.discard(request)
+                request = request.batches
             queue = self._queues[(request[0].topic, request[0].partition)]
             queue.requests_in_flight -= 1
             if error is None and (answer[0] != 0 or len(answer[3]) != len(request)):
@@ -593,6 +632,18 @@ class Producer:
             self._outstanding -= 1
             self._buffered -= batch.size
             self._wake.notify_all()
+
+
+class _SentRequest:
+    """One produce call awaiting its answer, and the leader it went to."""
+
+    __slots__ = ("batches", "sent_at", "leader", "settled")
+
+    def __init__(self, batches: list[ProducerBatch], sent_at: float, leader) -> None:
+        self.batches = batches
+        self.sent_at = sent_at
+        self.leader = leader
+        self.settled = False
 
 
 def _outcome(future) -> tuple:

@@ -4,10 +4,11 @@ The controller never edits the image directly: every change is a record, appende
 metadata log first and then applied here, so replaying the log (after a snapshot) rebuilds
 exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type`` field:
 
-    broker      {broker_id, disk}                      a disk joined (or re-joined)
+    broker      {broker_id, disk, rack}                a disk joined (or re-joined)
     topic       {topic_id, name, config, internal}     a topic was created
     partition   {topic_id, partition, replicas, isr,   a partition was created or its
-                 leader, leader_epoch}                 leadership changed (whole state)
+                 leader, leader_epoch,                 leadership, ISR or replica set
+                 partition_epoch, adding, removing}    changed (whole state)
     config      {topic_id, config}                     a topic's overrides were replaced
     delete      {topic_id}                             a topic was deleted
     producer_ids {next}                                ids below ``next`` are handed out
@@ -25,21 +26,42 @@ NO_LEADER = -1
 
 @dataclass
 class PartitionState:
-    """Leadership of one partition. Invariant: ``leader`` is in ``isr`` (or NO_LEADER) and
-    ``isr`` is a subset of ``replicas``; ``leader_epoch`` grows by one per leader change."""
+    """Leadership of one partition. Invariants: ``isr`` is a non-empty subset of ``replicas``;
+    ``leader`` is in ``isr`` or is NO_LEADER; ``leader_epoch`` grows by one per election (so
+    a log's epochs say which leader wrote what); ``partition_epoch`` grows by one per change
+    of any kind, so a stale ISR proposal can be refused. ``adding`` and ``removing`` are
+    the replicas a reassignment brings in and takes out; both are in ``replicas`` until it
+    completes. ``replicas[0]`` is the preferred leader."""
 
     partition: int
     replicas: list[int]
     isr: list[int]
     leader: int
     leader_epoch: int
+    partition_epoch: int = 0
+    adding: list[int] = field(default_factory=list)
+    removing: list[int] = field(default_factory=list)
 
     def to_record(self, topic_id: str) -> dict[str, Any]:
         return {
             "type": "partition", "topic_id": topic_id, "partition": self.partition,
             "replicas": list(self.replicas), "isr": list(self.isr), "leader": self.leader,
-            "leader_epoch": self.leader_epoch,
+            "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch,
+            "adding": list(self.adding), "removing": list(self.removing),
         }  # fmt: skip
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "PartitionState":
+        return cls(
+            record["partition"], list(record["replicas"]), list(record["isr"]),
+            record["leader"], record["leader_epoch"], record.get("partition_epoch", 0),
+            list(record.get("adding", ())), list(record.get("removing", ())),
+        )  # fmt: skip
+
+    @property
+    def target_replicas(self) -> list[int]:
+        """The replica set once any reassignment in progress completes."""
+        return [b for b in self.replicas if b not in self.removing]
 
 
 @dataclass
@@ -57,6 +79,7 @@ class BrokerState:
 
     broker_id: int
     disk: str
+    rack: str | None = None
 
 
 class MetadataImage:
@@ -100,7 +123,9 @@ class MetadataImage:
     def apply(self, record: dict[str, Any], offset: int) -> None:
         kind = record["type"]
         if kind == "broker":
-            self.brokers[record["broker_id"]] = BrokerState(record["broker_id"], record["disk"])
+            self.brokers[record["broker_id"]] = BrokerState(
+                record["broker_id"], record["disk"], record.get("rack")
+            )
         elif kind == "topic":
             topic = TopicState(
                 record["topic_id"], record["name"], dict(record["config"]), record["internal"]
@@ -109,10 +134,7 @@ class MetadataImage:
             self.topic_ids[topic.name] = topic.topic_id
         elif kind == "partition":
             topic = self.topics[record["topic_id"]]
-            topic.partitions[record["partition"]] = PartitionState(
-                record["partition"], list(record["replicas"]), list(record["isr"]),
-                record["leader"], record["leader_epoch"],
-            )  # fmt: skip
+            topic.partitions[record["partition"]] = PartitionState.from_record(record)
         elif kind == "config":
             self.topics[record["topic_id"]].config = dict(record["config"])
         elif kind == "delete":
@@ -129,7 +151,7 @@ class MetadataImage:
     def to_records(self) -> list[dict[str, Any]]:
         """Records that rebuild this image from empty (the body of a snapshot)."""
         out: list[dict[str, Any]] = [
-            {"type": "broker", "broker_id": b.broker_id, "disk": b.disk}
+            {"type": "broker", "broker_id": b.broker_id, "disk": b.disk, "rack": b.rack}
             for b in self.brokers.values()
         ]
         for topic in self.topics.values():

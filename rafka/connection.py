@@ -19,6 +19,7 @@ from rafka.clients.admin import Admin
 from rafka.clients.consumer import Consumer
 from rafka.clients.metadata import MetadataCache
 from rafka.clients.producer import Producer
+from rafka.cluster.settings import validate_settings
 from rafka.errors import BrokerNotAvailable
 
 _gateways: dict[str, Gateway] = {}
@@ -97,6 +98,7 @@ def connect(
     namespace: str | None = None,
     auto_create_topics: bool = False,
     controller_disk: str | None = None,
+    settings: dict[str, Any] | None = None,
     start: bool = True,
 ) -> Cluster:
     """Connect to rafka, starting what is missing.
@@ -105,9 +107,11 @@ def connect(
     running on this machine, or start a local one whose node offers the disk ``local``, with
     data in ``data_dir`` (default ``$RAFKA_DATA_DIR`` or ``./rafka-data``). With ``address``
     ("auto", "ray://head:10001", "host:6379"): join that Ray cluster. Either way the services
-    are started unless they already run (``start=False`` only attaches). The ``settings``
-    given here (``auto_create_topics``, ``controller_disk``) apply when the services start.
+    are started unless they already run (``start=False`` only attaches). What is given here
+    (``auto_create_topics``, ``controller_disk`` and the cluster ``settings``, Kafka broker
+    property names listed in ``rafka.cluster.settings``) applies when the services start.
     """
+    cluster_settings = validate_settings(settings)
     namespace = namespace or default_namespace()
     data_root = os.path.abspath(data_dir) if data_dir else default_data_root()
     service.ensure_ray(address, namespace)
@@ -116,6 +120,6 @@ def connect(
             raise BrokerNotAvailable(
                 f"no rafka services run in Ray namespace {namespace!r}; run `rafka up`"
             )
-        settings = {"auto.create.topics.enable": auto_create_topics}
-        service.start_services(data_root, namespace, settings, controller_disk)
+        cluster_settings.setdefault("auto.create.topics.enable", auto_create_topics)
+        service.start_services(data_root, namespace, cluster_settings, controller_disk)
     return Cluster(namespace, address)

@@ -179,6 +179,56 @@ class IllegalState(RafkaError):
     """A client was used in a state that does not allow the call (for example after close)."""
 
 
+class FencedLeaderEpoch(RafkaError):
+    """A request carried an older leader epoch than the replica's: the sender's view of the
+    partition is stale. Refresh metadata and retry."""
+
+    errno = 74
+    retriable = True
+
+
+class UnknownLeaderEpoch(RafkaError):
+    """A request carried a newer leader epoch than the replica knows yet: the replica has
+    not heard of the latest election. Retry shortly."""
+
+    errno = 75
+    retriable = True
+
+
+class InvalidReplicaAssignment(RafkaError):
+    """A replica assignment or ISR names brokers that cannot hold the partition."""
+
+    errno = 39
+
+
+class InvalidUpdateVersion(RafkaError):
+    """An ISR change was based on an older partition state than the controller's."""
+
+    errno = 95
+    retriable = True
+
+
+class IneligibleReplica(RafkaError):
+    """A replica that is not alive (or fenced) was proposed as an ISR member."""
+
+    errno = 107
+    retriable = True
+
+
+class ElectionNotNeeded(RafkaError):
+    """A preferred-leader election was asked for a partition already led by its preferred
+    replica."""
+
+    errno = 84
+
+
+class PreferredLeaderNotAvailable(RafkaError):
+    """The preferred replica is not alive or not in sync, so it cannot lead yet."""
+
+    errno = 80
+    retriable = True
+
+
 _BY_ERRNO: dict[int, type[RafkaError]] = {}
 
 
@@ -227,5 +277,12 @@ __all__ = [
     "InvalidPartitions",
     "InvalidReplicationFactor",
     "IllegalState",
+    "FencedLeaderEpoch",
+    "UnknownLeaderEpoch",
+    "InvalidReplicaAssignment",
+    "InvalidUpdateVersion",
+    "IneligibleReplica",
+    "ElectionNotNeeded",
+    "PreferredLeaderNotAvailable",
     "error_class",
 ]

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from typing import Any
 
-from rafka.cli.arguments import disk_name
+from rafka.cli.arguments import config_pair, disk_name
 from rafka.cli.connect import (
     add_connection_options,
     connected,
@@ -58,6 +58,12 @@ def add_up(commands: argparse._SubParsersAction) -> None:
         help="create a topic with 1 partition on its first use by a producer "
         "(auto.create.topics.enable)",
     )
+    parser.add_argument(
+        "--set", dest="settings", type=config_pair, nargs="+", action="extend", default=[],
+        metavar="K=V",
+        help="a cluster setting, Kafka's broker property name (broker.session.timeout.ms=2000, "
+        "replica.lag.time.max.ms=10000, ...; see rafka.cluster.settings)",
+    )  # fmt: skip
     parser.set_defaults(handler=_up)
 
 
@@ -84,6 +90,7 @@ def _bring_up(args: argparse.Namespace) -> int:
     cluster = rafka.connect(
         address, data_dir=args.data_dir, namespace=namespace,
         auto_create_topics=args.auto_create_topics, controller_disk=args.controller_disk,
+        settings=dict(args.settings),
     )  # fmt: skip
     status = cluster.status()
     if already:
@@ -98,8 +105,8 @@ def _bring_up(args: argparse.Namespace) -> int:
                   f"{data_root}; only new disks use {data_root}", file=sys.stderr)  # fmt: skip
         service.start_services(data_root, namespace, None, args.controller_disk)
         status = cluster.status()
-        if args.auto_create_topics or args.controller_disk:
-            print("note: the services were already running: --auto-create-topics and "
+        if args.auto_create_topics or args.controller_disk or args.settings:
+            print("note: the services were already running: --auto-create-topics, --set and "
                   "--controller-disk apply only when they first start", file=sys.stderr)
     gcs = ray.get_runtime_context().gcs_address
     how = "started a Ray head on this machine" if started_ray else "joined the running Ray"

@@ -16,12 +16,14 @@ from rafka.clients.metadata import MetadataCache
 from rafka.clients.producer import Producer
 from rafka.errors import (
     BrokerNotAvailable,
+    FencedLeaderEpoch,
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
     NotLeaderOrFollower,
     RecordTooLarge,
     TopicAlreadyExists,
+    UnknownLeaderEpoch,
     UnknownTopicOrPartition,
 )
 
@@ -211,8 +213,21 @@ def test_cluster_handle_pickles_into_ray_tasks(cluster, ray_session, topic):
 def test_follower_fetch_from_a_broker_outside_the_replica_set_is_refused(cluster, topic):
     meta = cluster.metadata.refresh([topic])[topic]
     replica = cluster.metadata.replica(meta, 0)
-    answer = cluster.gateway.get(replica.fetch.remote(0, 1024, 1, 0, 99))
-    assert answer[0] == NotLeaderOrFollower.errno and "not a follower" in answer[1]
+    epoch = meta.partitions[0].leader_epoch
+    answer = cluster.gateway.get(replica.replicate.remote(99, epoch, 0, -1, 1024, 0))
+    assert answer[0] == NotLeaderOrFollower.errno and "not a replica" in answer[1]
+
+
+def test_follower_fetch_with_a_stale_leader_epoch_is_fenced(cluster, topic):
+    """A follower still on an older leader epoch is refused, so it cannot count toward
+    the high watermark of a leader it does not know."""
+    meta = cluster.metadata.refresh([topic])[topic]
+    replica = cluster.metadata.replica(meta, 0)
+    epoch = meta.partitions[0].leader_epoch
+    stale = cluster.gateway.get(replica.replicate.remote(99, epoch - 1, 0, -1, 1024, 0))
+    newer = cluster.gateway.get(replica.replicate.remote(99, epoch + 1, 0, -1, 1024, 0))
+    assert stale[0] == FencedLeaderEpoch.errno
+    assert newer[0] == UnknownLeaderEpoch.errno
 
 
 def test_killed_controller_comes_back_with_all_metadata(cluster, ray_session, make_topic):

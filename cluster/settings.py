@@ -1,0 +1,59 @@
+"""Cluster-wide (broker) settings, with Kafka's property names.
+
+They are given once, when the services start (``rafka.connect(settings=...)`` or
+``rafka up --set NAME=VALUE``), and the controller hands the replicas what they need. Topic
+properties live in ``rafka.storage.config`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rafka.errors import InvalidConfig
+
+#: name -> (default, type, least allowed value, what it does)
+BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
+    "auto.create.topics.enable": (False, bool, 0, "create unknown topics on first use"),
+    "num.partitions": (1, int, 1, "partitions of an auto-created topic"),
+    "default.replication.factor": (1, int, 1, "replication factor of an auto-created topic"),
+    "broker.heartbeat.interval.ms": (200, int, 10, "how often node agents heartbeat"),
+    "broker.session.timeout.ms": (1000, int, 100,
+                                  "silence after which a broker is probed and fenced"),
+    "replica.lag.time.max.ms": (30_000, int, 1,
+                                "a follower not caught up for this long leaves the ISR"),
+    "replica.fetch.wait.max.ms": (500, int, 0, "long-poll time of a follower fetch"),
+    "replica.fetch.max.bytes": (1 << 20, int, 1, "bytes a follower fetch asks for"),
+    "auto.leader.rebalance.enable": (True, bool, 0,
+                                     "move leadership back to preferred replicas"),
+    "leader.imbalance.check.interval.seconds": (30, int, 1,
+                                                "how often preferred leaders are restored"),
+}  # fmt: skip
+
+
+def validate_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``settings`` checked against BROKER_SETTINGS: InvalidConfig names an unknown property
+    or a bad value. Returns only what was given (defaults apply where used)."""
+    out: dict[str, Any] = {}
+    for name, value in (settings or {}).items():
+        spec = BROKER_SETTINGS.get(name)
+        if spec is None:
+            raise InvalidConfig(
+                f"unknown cluster setting {name!r}; known: {', '.join(sorted(BROKER_SETTINGS))}"
+            )
+        default, kind, least, _ = spec
+        if kind is bool:
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                value = value.lower() == "true"
+            if not isinstance(value, bool):
+                raise InvalidConfig(f"cluster setting {name}={value!r} must be true or false")
+        else:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise InvalidConfig(
+                    f"cluster setting {name}={value!r} must be an integer >= {least}"
+                ) from None
+            if value < least:
+                raise InvalidConfig(f"cluster setting {name}={value} must be >= {least}")
+        out[name] = value
+    return out
