@@ -44,6 +44,7 @@ from rafka.cluster.replication import (
 from rafka.errors import (
     FencedLeaderEpoch,
     NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
     OffsetOutOfRange,
     RafkaError,
@@ -564,6 +565,13 @@ class PartitionReplica:
                     await asyncio.wait_for(appended.wait(), remaining)
                 except asyncio.TimeoutError:
                     pass
+        min_isr = self.log.config.min_insync_replicas
+        if not leader.enough_in_sync(min_isr):
+            raise NotEnoughReplicasAfterAppend(
+                f"the batch ending at offset {offset - 1} of {self.topic}-{self.partition} was "
+                f"written, but the ISR shrank to {leader.isr}, below min.insync.replicas="
+                f"{min_isr}, before it was replicated"
+            )
 
     def _leader(self, epoch: int | None = None) -> LeaderState:
         """This replica's leader state; NotLeaderOrFollower when it does not lead, and

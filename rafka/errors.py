@@ -75,6 +75,15 @@ class NotEnoughReplicas(RafkaError):
     retriable = True
 
 
+class NotEnoughReplicasAfterAppend(RafkaError):
+    """The batch was written to the leader, but the ISR shrank below min.insync.replicas
+    before it was replicated: it may or may not survive a failover. Retried by the producer
+    (idempotence keeps the retry from writing it twice)."""
+
+    errno = 20
+    retriable = True
+
+
 class InvalidTimestamp(RafkaError):
     """A timestamp is out of the accepted range."""
 
@@ -260,6 +269,7 @@ __all__ = [
     "InvalidTopic",
     "RecordListTooLarge",
     "NotEnoughReplicas",
+    "NotEnoughReplicasAfterAppend",
     "InvalidTimestamp",
     "InvalidConfig",
     "OutOfOrderSequence",
