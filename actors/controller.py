@@ -382,8 +382,11 @@ class Controller:
             if new is None:
                 return None
             # A pure removal has nothing to copy and completes at once.
-            live = self.liveness.live()
-            return elections.complete_reassignment(new, live, self._unclean(t)) or new
+            done = elections.complete_reassignment(new, self.liveness.live(), self._unclean(t))
+            if done is None:
+                return new
+            done.partition_epoch = new.partition_epoch  # one record, one bump
+            return done
 
         await self._change_partitions(decide_one, only=pairs)
         return self._describe(self.image.topic(name))

@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import time
+import warnings
 from typing import Any
 
 import msgpack
@@ -89,8 +90,11 @@ class PartitionReplica:
         self.directory = partition_dir(data_dir, state["topic"], state["partition"])
         os.makedirs(self.directory, exist_ok=True)
         saved = _read_state(self.directory)
-        restarted = saved is not None and saved["topic_id"] == state["topic_id"]
-        if restarted:
+        known = saved is not None and saved["topic_id"] == state["topic_id"]
+        # Ray re-runs this constructor with the creation arguments after a crash; with or
+        # without files (a wiped disk), such a replica must ask what it is now.
+        restarted = known or (namespace is not None and _reconstructed())
+        if known:
             state = {**state, **saved, "settings": state.get("settings", {})}
         self.state = _with_defaults(state)
         self.topic = state["topic"]
@@ -282,6 +286,9 @@ class PartitionReplica:
         if s["leader"] != self.broker_id:
             self.leader = None
             return
+        # Kafka's makeLeader: the new epoch starts at the log end, so a follower whose last
+        # epoch this leader never wrote is told where that epoch ends here.
+        self.log.epoch_cache.assign(s["leader_epoch"], self.log.log_end_offset)
         self.leader = LeaderState(
             self.broker_id, s["replicas"], s["isr"], s["leader_epoch"],
             self.log.log_end_offset, self.log.high_watermark, now_ms(),
@@ -750,6 +757,15 @@ def _read_state(directory: str) -> dict[str, Any] | None:
 
 def _write_state(directory: str, state: dict[str, Any]) -> None:
     write_atomically(os.path.join(directory, STATE_FILE), msgpack.packb(state))
+
+
+def _reconstructed() -> bool:
+    try:
+        with warnings.catch_warnings():  # Ray 2.50 warns about its own use of actor_id
+            warnings.simplefilter("ignore")
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # not inside an actor
+        return False
 
 
 def _version(state: dict[str, Any]) -> tuple[int, int]:
