@@ -99,21 +99,18 @@ def replica_restarted(
 ) -> PartitionState | None:
     """``broker``'s replica actor started again. After an unclean stop its log may have lost
     unflushed records, so it leaves the ISR (unless it is the last member) and rejoins by
-    catching up; if it led, another in-sync replica takes over. A leader that restarts keeps
-    nothing of its old epoch: it always gets a new one, so records it writes can never be
-    confused with records it lost."""
+    catching up; if it led, another live in-sync replica takes over, and with none live the
+    partition has no leader (as for any election, unless unclean election is enabled). A
+    leader that restarts keeps nothing of its old epoch: it always gets a new one, so records
+    it writes can never be confused with records it lost."""
     if broker not in p.replicas:
         return None
     isr = p.isr if clean else ([b for b in p.isr if b != broker] or [broker])
     if p.leader == broker:
         if clean:
             leader = broker
-        else:
-            # Out of the ISR unless it was the last member: another live in-sync replica
-            # leads; if none is live the partition waits for one (or, with unclean election,
-            # takes a live replica that is not in sync), as for any election.
-            candidate = replace(p, leader=NO_LEADER)
-            leader, isr = _elect(candidate, isr, [*live, broker], unclean)
+        else:  # it left the ISR (unless it was the last member): elect as after a death
+            leader, isr = _elect(replace(p, leader=NO_LEADER), isr, [*live, broker], unclean)
         new = _with(p, leader=leader, isr=isr)
         new.leader_epoch = p.leader_epoch + 1
         return new
