@@ -25,13 +25,10 @@ import ray
 from rafka.actors.placement import agent_name, disk_dir, replica_name
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
-from rafka.cluster.liveness import (
-    BROKER_HEARTBEAT_INTERVAL_MS,
-    BROKER_SESSION_TIMEOUT_MS,
-    BrokerLiveness,
-)
+from rafka.cluster.liveness import BrokerLiveness
 from rafka.cluster.metadata import NO_LEADER, PartitionState, TopicState
 from rafka.cluster.metadata_log import MetadataLog
+from rafka.cluster.settings import setting
 from rafka.cluster.topics import is_internal
 from rafka.errors import (
     BrokerNotAvailable,
@@ -47,9 +44,6 @@ from rafka.storage.config import LogConfig
 CONTROLLER_DIR = "controller"
 #: How long the controller waits for a suspect broker's agent to answer a probe.
 PROBE_TIMEOUT_S = 0.5
-#: Kafka's leader.imbalance.check.interval.seconds is 300; rafka checks more often because
-#: moving a leader back costs one metadata record and one call per replica.
-LEADER_IMBALANCE_CHECK_INTERVAL_S = 30.0
 #: Cluster settings the replicas need (Kafka's broker property names).
 REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
                     "replica.fetch.max.bytes")  # fmt: skip
@@ -67,9 +61,7 @@ class Controller:
         self._agents: dict[int, Any] = {}
         self._replicas: dict[str, Any] = {}
         self._producer_ids: range = range(0)
-        self.liveness = BrokerLiveness(
-            int(self.settings.get("broker.session.timeout.ms", BROKER_SESSION_TIMEOUT_MS))
-        )
+        self.liveness = BrokerLiveness(setting(self.settings, "broker.session.timeout.ms"))
         self.liveness.track(self.image.brokers, _now_ms())
         self._probing: set[int] = set()
         self._background: set[asyncio.Task] = set()
@@ -118,9 +110,7 @@ class Controller:
             broker_id = await self.register_broker(disk, broker_id, rack)
         else:
             self._broker_alive(broker_id)
-        interval = int(self.settings.get("broker.heartbeat.interval.ms",
-                                         BROKER_HEARTBEAT_INTERVAL_MS))  # fmt: skip
-        return broker_id, interval
+        return broker_id, setting(self.settings, "broker.heartbeat.interval.ms")
 
     def _broker_alive(self, broker_id: int) -> None:
         if self.liveness.heartbeat(broker_id, _now_ms()):
@@ -183,9 +173,8 @@ class Controller:
 
     async def _balance_leaders(self) -> None:
         """Kafka's auto.leader.rebalance.enable: move leadership back to preferred replicas."""
-        interval = float(self.settings.get("leader.imbalance.check.interval.seconds",
-                                           LEADER_IMBALANCE_CHECK_INTERVAL_S))  # fmt: skip
-        while self.settings.get("auto.leader.rebalance.enable", True):
+        interval = setting(self.settings, "leader.imbalance.check.interval.seconds")
+        while setting(self.settings, "auto.leader.rebalance.enable"):
             await asyncio.sleep(interval)
             try:
                 await self._change_partitions(

@@ -36,12 +36,12 @@ import ray
 from rafka.actors.placement import CONTROLLER_NAME, replica_name
 from rafka.cluster.metadata import NO_LEADER
 from rafka.cluster.replication import (
-    REPLICA_LAG_TIME_MAX_MS,
     UNDEFINED_EPOCH,
     LeaderState,
     diverging_epoch,
     truncation_offset,
 )
+from rafka.cluster.settings import setting
 from rafka.errors import (
     FencedLeaderEpoch,
     NotEnoughReplicas,
@@ -67,9 +67,6 @@ LATEST = -1
 _EMPTY = np.zeros(0, dtype=np.uint8)
 UNKNOWN_CLIENT_WAIT_MS = 200
 
-# Broker-level replication settings (Kafka's names), carried in the state's "settings".
-REPLICA_FETCH_WAIT_MAX_MS = 500
-REPLICA_FETCH_MAX_BYTES = 1 << 20
 #: A follower that has heard nothing useful from its leader for this long asks the
 #: controller for the partition's state (a pushed state may have been lost).
 STATE_PULL_AFTER_S = 1.0
@@ -292,7 +289,7 @@ class PartitionReplica:
         self.leader = LeaderState(
             self.broker_id, s["replicas"], s["isr"], s["leader_epoch"],
             self.log.log_end_offset, self.log.high_watermark, now_ms(),
-            int(self.settings.get("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS)),
+            setting(self.settings, "replica.lag.time.max.ms"),
             s["partition_epoch"],
         )  # fmt: skip
         self.log.update_high_watermark(self.leader.on_local_append(self.log.log_end_offset))
@@ -319,7 +316,7 @@ class PartitionReplica:
         """A leader re-checks its followers' lag a few times per lag window, so a follower
         that stopped fetching leaves the ISR even when nothing else happens."""
         while not self._closed:
-            lag_ms = int(self.settings.get("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS))
+            lag_ms = setting(self.settings, "replica.lag.time.max.ms")
             await asyncio.sleep(min(max(lag_ms / 4000, 0.05), 1.0))
             self._maybe_propose_isr()
 
@@ -383,8 +380,8 @@ class PartitionReplica:
 
     async def _follow(self) -> None:
         """Pull from the leader until this replica is told it leads or is closed."""
-        wait_ms = int(self.settings.get("replica.fetch.wait.max.ms", REPLICA_FETCH_WAIT_MAX_MS))
-        max_bytes = int(self.settings.get("replica.fetch.max.bytes", REPLICA_FETCH_MAX_BYTES))
+        wait_ms = setting(self.settings, "replica.fetch.wait.max.ms")
+        max_bytes = setting(self.settings, "replica.fetch.max.bytes")
         last_progress = time.monotonic()
         delay = 0.02
         while not self._closed and self.leader is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from rafka.cluster.liveness import BROKER_HEARTBEAT_INTERVAL_MS, BROKER_SESSION_TIMEOUT_MS
+from rafka.cluster.replication import REPLICA_LAG_TIME_MAX_MS
 from rafka.errors import InvalidConfig
 
 #: name -> (default, type, least allowed value, what it does)
@@ -16,15 +18,18 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
     "auto.create.topics.enable": (False, bool, 0, "create unknown topics on first use"),
     "num.partitions": (1, int, 1, "partitions of an auto-created topic"),
     "default.replication.factor": (1, int, 1, "replication factor of an auto-created topic"),
-    "broker.heartbeat.interval.ms": (200, int, 10, "how often node agents heartbeat"),
-    "broker.session.timeout.ms": (1000, int, 100,
+    "broker.heartbeat.interval.ms": (BROKER_HEARTBEAT_INTERVAL_MS, int, 10,
+                                     "how often node agents heartbeat"),
+    "broker.session.timeout.ms": (BROKER_SESSION_TIMEOUT_MS, int, 100,
                                   "silence after which a broker is probed and fenced"),
-    "replica.lag.time.max.ms": (30_000, int, 1,
+    "replica.lag.time.max.ms": (REPLICA_LAG_TIME_MAX_MS, int, 1,
                                 "a follower not caught up for this long leaves the ISR"),
     "replica.fetch.wait.max.ms": (500, int, 0, "long-poll time of a follower fetch"),
     "replica.fetch.max.bytes": (1 << 20, int, 1, "bytes a follower fetch asks for"),
     "auto.leader.rebalance.enable": (True, bool, 0,
                                      "move leadership back to preferred replicas"),
+    # Kafka checks every 300 s; moving a leader back here costs one metadata record and one
+    # call per replica, so rafka checks every 30 s.
     "leader.imbalance.check.interval.seconds": (30, int, 1,
                                                 "how often preferred leaders are restored"),
 }  # fmt: skip
@@ -57,3 +62,8 @@ def validate_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
                 raise InvalidConfig(f"cluster setting {name}={value} must be >= {least}")
         out[name] = value
     return out
+
+
+def setting(settings: Mapping[str, Any], name: str) -> Any:
+    """The value of ``name`` in ``settings``, or its default."""
+    return settings.get(name, BROKER_SETTINGS[name][0])
