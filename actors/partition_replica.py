@@ -274,8 +274,9 @@ class PartitionReplica:
                          s["leader_epoch"])  # fmt: skip
                 self.leader = None
                 self._wake_waiters()
-            if _version(new) != _version(old) or self._follower is None:
-                self._stop_following()
+            moved = (s["leader"], s["leader_epoch"]) != (old["leader"], old["leader_epoch"])
+            if moved or self._follower is None:
+                self._stop_following()  # an outstanding fetch may be to the old leader
                 self._follow_if_needed()
 
     def _become_leader_if_named(self) -> None:
