@@ -244,10 +244,10 @@ def test_launcher_image_is_the_pinned_ray_on_the_required_python():
 # KubeRay
 
 
-def test_kuberay_manifest_is_one_raycluster_and_one_claim_per_disk_group():
+def test_kuberay_manifest_is_one_raycluster_and_one_claim_per_disk_group_and_controller():
     kinds = sorted(d["kind"] for d in kuberay_documents())
     disks = kuberay_disk_groups()
-    assert kinds == sorted(["RayCluster"] + ["PersistentVolumeClaim"] * len(disks))
+    assert kinds == sorted(["RayCluster"] + ["PersistentVolumeClaim"] * (len(disks) + 1))
     assert raycluster()["apiVersion"] == "ray.io/v1"
 
 
@@ -270,10 +270,16 @@ def test_kuberay_each_disk_group_is_one_pod_offering_one_uniquely_named_disk():
     assert_valid_disk_names([g["labels"][placement.DISK_LABEL] for g in groups])
 
 
-def test_kuberay_head_offers_no_disk():
+def test_kuberay_head_is_no_broker_but_hosts_the_controller_on_its_own_claim():
     head = raycluster()["spec"]["headGroupSpec"]
-    assert placement.DISK_RESOURCE not in kuberay_resources(head)
-    assert placement.DISK_LABEL not in head.get("labels", {})
+    assert kuberay_resources(head) == {placement.CONTROLLER_RESOURCE: 1}
+    assert_valid_disk_names([head["labels"][placement.DISK_LABEL]])
+    disk_labels = [g["labels"][placement.DISK_LABEL] for g in kuberay_disk_groups()]
+    assert head["labels"][placement.DISK_LABEL] not in disk_labels
+    (mount,) = ray_container(head)["volumeMounts"]
+    volumes = {v["name"]: v for v in head["template"]["spec"]["volumes"]}
+    assert volumes[mount["name"]]["persistentVolumeClaim"]["claimName"] in pvcs()
+    assert mount["mountPath"] == env_of(ray_container(head))[placement.DATA_DIR_ENV]["value"]
 
 
 def test_kuberay_each_disk_group_mounts_its_own_claim_at_the_data_dir():
@@ -289,8 +295,12 @@ def test_kuberay_each_disk_group_mounts_its_own_claim_at_the_data_dir():
         assert claims[claim]["spec"]["accessModes"] == ["ReadWriteOnce"]
         used.append(claim)
         assert mount["mountPath"] == env_of(container)[placement.DATA_DIR_ENV]["value"]
+    head = raycluster()["spec"]["headGroupSpec"]
+    (head_mount,) = ray_container(head)["volumeMounts"]
+    head_volumes = {v["name"]: v for v in head["template"]["spec"]["volumes"]}
+    used.append(head_volumes[head_mount["name"]]["persistentVolumeClaim"]["claimName"])
     assert len(used) == len(set(used)), f"two disks share a claim: {used}"
-    assert sorted(used) == sorted(claims), "a claim no disk group mounts"
+    assert sorted(used) == sorted(claims), "a claim nobody mounts"
 
 
 def test_kuberay_every_node_sets_data_dir_and_token_auth():
