@@ -33,6 +33,7 @@ from rafka.cluster.topics import is_internal
 from rafka.errors import (
     BrokerNotAvailable,
     ElectionNotNeeded,
+    EligibleLeadersNotAvailable,
     InvalidReplicaAssignment,
     PreferredLeaderNotAvailable,
     RafkaError,
@@ -338,10 +339,14 @@ class Controller:
             else:
                 new = elections.elect_if_leaderless(p, live, unclean=True)
                 if new is None:
-                    outcome[t.topic_id, p.partition] = ElectionNotNeeded(
-                        f"{t.name}-{p.partition} has a live leader ({p.leader})"
-                        if p.leader != NO_LEADER else
-                        f"{t.name}-{p.partition} has no live replica to elect"
+                    outcome[t.topic_id, p.partition] = (
+                        ElectionNotNeeded(f"{t.name}-{p.partition} has a live leader "
+                                          f"({p.leader})")
+                        if p.leader != NO_LEADER and p.leader in live else
+                        EligibleLeadersNotAvailable(
+                            f"{t.name}-{p.partition} has no live replica to elect; bring one "
+                            f"of the brokers {p.replicas} back"
+                        )
                     )  # fmt: skip
             return new
 

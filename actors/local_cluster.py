@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from rafka.actors.placement import CONTROLLER_RESOURCE, DISK_LABEL, DISK_RESOURCE
+from rafka.cluster.placement import RACK_LABEL
 
 CONTROLLER_DISK = "controller"
 
@@ -68,7 +69,7 @@ class LocalCluster:
     def _add_node(self, disk: str):
         labels = {DISK_LABEL: disk}
         if disk in self.racks:
-            labels["rafka-rack"] = self.racks[disk]
+            labels[RACK_LABEL] = self.racks[disk]
         return self.ray_cluster.add_node(
             num_cpus=self.cpus_per_node, resources={DISK_RESOURCE: 1}, labels=labels
         )

@@ -22,13 +22,12 @@ from rafka.actors.placement import (
     pinned_to_disk,
     replica_name,
 )
+from rafka.cluster.placement import RACK_LABEL
 from rafka.errors import KafkaStorageError
 from rafka.storage.checkpoint import read_text, write_atomically
 from rafka.storage.log_loader import ensure_writable_directory
 
 META_PROPERTIES = "meta.properties"
-#: Node label naming the rack (or zone) of a disk node, for rack-aware replica placement.
-RACK_LABEL = "rafka-rack"
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import uuid
 from typing import Any, Mapping
 
 from rafka.cluster.metadata import MetadataImage, PartitionState
-from rafka.cluster.placement import assign_replicas
+from rafka.cluster.placement import RACK_LABEL, assign_replicas
 from rafka.cluster.topics import collision_key, is_internal, validate_topic_name
 from rafka.errors import (
     InvalidConfig,
@@ -39,9 +39,19 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return {name: parsed[name] for name in config}
 
 
-def register_broker(image: MetadataImage, disk: str, broker_id: int | None) -> tuple[int, Records]:
+def register_broker(
+    image: MetadataImage, disk: str, broker_id: int | None, rack: str | None = None
+) -> tuple[int, Records]:
     """The broker id for ``disk``: the one its ``meta.properties`` holds, the one the
-    metadata already knows, or a new one."""
+    metadata already knows, or a new one. ``rack`` is the disk node's rack (its
+    ``rafka-rack`` label; None or "" for none). A record is returned when the broker is new
+    or its rack changed, none when the metadata already says exactly this."""
+    if rack is not None and not isinstance(rack, str):
+        raise InvalidConfig(
+            f"rack of disk {disk!r} must be a string (the node label {RACK_LABEL!r}), "
+            f"got {rack!r}"
+        )
+    rack = rack or None
     known = image.broker_for_disk(disk)
     if broker_id is None:
         broker_id = known.broker_id if known else max(image.brokers, default=-1) + 1
@@ -52,9 +62,15 @@ def register_broker(image: MetadataImage, disk: str, broker_id: int | None) -> t
             "two disks were given the same data (copied meta.properties?): give each disk its "
             "own data directory"
         )
-    if holder is not None and known is not None and known.broker_id == broker_id:
+    if known is not None and known.broker_id == broker_id and known.rack == rack:
         return broker_id, []
-    return broker_id, [{"type": "broker", "broker_id": broker_id, "disk": disk}]
+    return broker_id, [{"type": "broker", "broker_id": broker_id, "disk": disk, "rack": rack}]
+
+
+def broker_racks(image: MetadataImage, brokers: list[int]) -> dict[int, str | None]:
+    """The rack of each of ``brokers`` as the metadata knows it (None: no rack, or a broker
+    the metadata does not know)."""
+    return {b: (image.brokers[b].rack if b in image.brokers else None) for b in brokers}
 
 
 def create_topic(
@@ -82,7 +98,9 @@ def create_topic(
     _check_partition_count(partitions)
     overrides = validate_config(config)
     topic_id = uuid.uuid4().hex
-    plan = assign_replicas(topic_id, 0, partitions, replication_factor, brokers)
+    plan = assign_replicas(
+        topic_id, 0, partitions, replication_factor, brokers, broker_racks(image, brokers)
+    )
     records: Records = [
         {"type": "topic", "topic_id": topic_id, "name": name, "config": overrides,
          "internal": internal},
@@ -107,8 +125,12 @@ def create_partitions(
             f"topic {name!r} has {current} partitions; the new count must be larger "
             f"(got {total}): partitions can be added, never removed"
         )
-    replication_factor = len(topic.partitions[0].replicas)
-    plan = assign_replicas(topic.topic_id, current, total - current, replication_factor, brokers)
+    # The factor partition 0 will have once a reassignment in progress completes.
+    replication_factor = len(topic.partitions[0].target_replicas)
+    plan = assign_replicas(
+        topic.topic_id, current, total - current, replication_factor, brokers,
+        broker_racks(image, brokers),
+    )  # fmt: skip
     return [
         PartitionState(p, replicas, list(replicas), replicas[0], 0).to_record(topic.topic_id)
         for p, replicas in plan.items()

@@ -231,6 +231,14 @@ class ElectionNotNeeded(RafkaError):
     errno = 84
 
 
+class EligibleLeadersNotAvailable(RafkaError):
+    """No replica may lead the partition: none of its in-sync replicas is alive (and, for an
+    unclean election, no replica at all is)."""
+
+    errno = 83
+    retriable = True
+
+
 class PreferredLeaderNotAvailable(RafkaError):
     """The preferred replica is not alive or not in sync, so it cannot lead yet."""
 
@@ -294,5 +302,6 @@ __all__ = [
     "IneligibleReplica",
     "ElectionNotNeeded",
     "PreferredLeaderNotAvailable",
+    "EligibleLeadersNotAvailable",
     "error_class",
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from rafka.errors import RafkaError
+
 
 class TopicPartition(NamedTuple):
     topic: str
@@ -41,11 +43,38 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 class PartitionDescription(NamedTuple):
+    """One partition as the controller sees it. ``leader`` is a broker id (-1: none);
+    ``leader_epoch`` grows by one per election; ``replicas`` lists the replica set with the
+    preferred leader first, ``isr`` those in sync. While a reassignment runs, ``adding`` and
+    ``removing`` name the replicas it brings in and takes out (both are in ``replicas``
+    until it completes; empty tuples otherwise). ``offline`` is True when the partition has
+    no live leader, so it can be neither written nor read."""
+
     partition: int
     leader: int
     leader_epoch: int
     replicas: list
     isr: list
+    adding: list | tuple = ()
+    removing: list | tuple = ()
+    offline: bool = False
+
+    @property
+    def replication_factor(self) -> int:
+        """The replicas the partition is meant to have now: those a reassignment is still
+        adding do not count until it completes (as Kafka counts)."""
+        return len(self.replicas) - len(self.adding)
+
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer replicas in sync than the replication factor (Kafka's under-replicated
+        partition; without a reassignment, fewer in sync than ``replicas``)."""
+        return len(self.isr) < self.replication_factor
+
+    @property
+    def reassigning(self) -> bool:
+        """A reassignment of this partition is in progress."""
+        return bool(self.adding or self.removing)
 
 
 class TopicDescription(NamedTuple):
@@ -57,6 +86,24 @@ class TopicDescription(NamedTuple):
 
 
 class BrokerDescription(NamedTuple):
+    """A data disk of the cluster. ``rack`` comes from its node's ``rafka-rack`` label
+    (None: no rack). A ``fenced`` broker missed its heartbeats and a probe: the controller
+    has taken it out of every ISR and leadership until its next heartbeat unfences it."""
+
     broker_id: int
     disk: str
     alive: bool
+    rack: str | None = None
+    fenced: bool = False
+
+
+class ElectionResult(NamedTuple):
+    """The outcome of a leader election for one partition (``Admin.elect_leaders``).
+    ``leader`` is the partition's leader afterwards (-1: none); ``error`` is None when a
+    leader was elected, else the typed error: ElectionNotNeeded when the preferred replica
+    leads already, PreferredLeaderNotAvailable when it is not alive and in sync, ..."""
+
+    topic: str
+    partition: int
+    leader: int
+    error: RafkaError | None

@@ -1,22 +1,34 @@
-"""``rafka topics``: create, list, describe, alter, grow and delete topics."""
+"""``rafka topics``: create, list, describe, alter, grow and delete topics; elect leaders and
+reassign partitions (kafka-topics.sh, kafka-leader-election.sh and
+kafka-reassign-partitions.sh in one command). The last two, and the partition line of
+``describe``, live in ``rafka.cli.replicas``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any
 
 from rafka.cli.arguments import config_pair, positive_int
 from rafka.cli.connect import add_connection_options, connected
-from rafka.cli.output import human_size
+from rafka.cli.replicas import (
+    add_elect_leaders,
+    add_reassign,
+    partition_fields,
+    partition_line,
+)
 from rafka.errors import RafkaError
+
+OFFSET_FIELDS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes")
 
 
 def add_topics(commands: argparse._SubParsersAction) -> None:
     topics = commands.add_parser(
-        "topics", help="create, list, describe, alter and delete topics",
-        description="Manage topics (like kafka-topics.sh).",
+        "topics", help="create, list, describe, alter and delete topics; elect leaders and "
+        "reassign partitions",
+        description="Manage topics (like kafka-topics.sh), their leaders "
+        "(kafka-leader-election.sh) and their replicas (kafka-reassign-partitions.sh).",
     )  # fmt: skip
     actions = topics.add_subparsers(title="actions", metavar="ACTION", required=True)
 
@@ -25,7 +37,8 @@ def add_topics(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--partitions", type=positive_int, default=1, metavar="N",
                         help="number of partitions (default 1)")  # fmt: skip
     create.add_argument("--replication-factor", type=positive_int, default=1, metavar="R",
-                        help="replicas of each partition, at most one per disk (default 1)")
+                        help="replicas of each partition, at most one per disk (default 1); "
+                        "spread over racks when the disk nodes have rafka-rack labels")
     create.add_argument("--config", type=config_pair, nargs="+", action="extend", default=[],
                         metavar="K=V", help="a topic property, Kafka name (retention.ms=...)")
     create.add_argument("--if-not-exists", action="store_true",
@@ -37,11 +50,24 @@ def add_topics(commands: argparse._SubParsersAction) -> None:
     listing.set_defaults(handler=_topics_list)
 
     describe = actions.add_parser(
-        "describe", help="partitions, leaders, ISR, offsets and non-default config of a topic"
-    )
-    describe.add_argument("name", metavar="NAME")
+        "describe", help="partitions, leaders, ISR, offsets and non-default config of a topic",
+        description="Per partition: leader (none: offline), leader epoch, replicas (preferred "
+        "leader first), in-sync replicas, the replicas a reassignment adds and removes while "
+        "it runs, and the offsets. With --under-replicated or --unavailable only the "
+        "partitions in that state are listed, one line each with its topic (every topic "
+        "when NAME is left out), as kafka-topics.sh --describe "
+        "--under-replicated-partitions / --unavailable-partitions.",
+    )  # fmt: skip
+    describe.add_argument("name", metavar="NAME", nargs="?",
+                          help="the topic (optional with --under-replicated or --unavailable: "
+                          "default every topic)")  # fmt: skip
+    describe.add_argument("--under-replicated", action="store_true",
+                          help="only partitions with fewer in-sync replicas than replicas (not "
+                          "counting those a reassignment is adding)")
+    describe.add_argument("--unavailable", action="store_true",
+                          help="only partitions without a live leader")  # fmt: skip
     describe.add_argument("--json", action="store_true", help="print one JSON object")
-    describe.set_defaults(handler=_topics_describe)
+    describe.set_defaults(handler=_topics_describe, usage_error=describe.error)
 
     delete = actions.add_parser("delete", help="delete a topic and its data on every disk")
     delete.add_argument("name", metavar="NAME")
@@ -62,8 +88,14 @@ def add_topics(commands: argparse._SubParsersAction) -> None:
                       help="the partition count after the change (never fewer)")  # fmt: skip
     grow.set_defaults(handler=_topics_add_partitions)
 
+    add_elect_leaders(actions)
+    add_reassign(actions)
+
     for parser in (create, listing, describe, delete, alter, grow):
         add_connection_options(parser)
+
+
+# -- handlers ----------------------------------------------------------------------------------
 
 
 def _topics_create(args: argparse.Namespace) -> int:
@@ -96,6 +128,13 @@ def _topics_list(args: argparse.Namespace) -> int:
 
 
 def _topics_describe(args: argparse.Namespace) -> int:
+    if args.under_replicated or args.unavailable:
+        return _describe_filtered(args)
+    if args.name is None:
+        args.usage_error(
+            "the following arguments are required: NAME (or give --under-replicated or "
+            "--unavailable to look through every topic)"
+        )
     with connected(args) as cluster:
         admin = cluster.admin()
         described = admin.describe_topic(args.name)
@@ -105,41 +144,50 @@ def _topics_describe(args: argparse.Namespace) -> int:
             print(f"warning: offsets unavailable: {type(e).__name__}: {e}", file=sys.stderr)
             offsets = {}
     config = _non_default(described.config)
-    partitions = []
-    for p in described.partitions:
-        o = offsets.get(p.partition, {})
-        partitions.append({
-            "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
-            "replicas": list(p.replicas), "isr": list(p.isr),
-            **{k: o.get(k) for k in ("log_start_offset", "high_watermark", "log_end_offset",
-                                     "size_bytes")},
-        })  # fmt: skip
+    partitions = [
+        {**partition_fields(p),
+         **{k: offsets.get(p.partition, {}).get(k) for k in OFFSET_FIELDS}}
+        for p in described.partitions
+    ]  # fmt: skip
     if args.json:
         args.out.write(json.dumps({
             "name": described.name, "topic_id": described.topic_id,
             "internal": described.internal, "config": config, "partitions": partitions,
         }) + "\n")  # fmt: skip
         return 0
-    replication = len(described.partitions[0].replicas) if described.partitions else 0
+    replication = described.partitions[0].replication_factor if described.partitions else 0
     lines = [
         f"Topic: {described.name}\tTopicId: {described.topic_id}\t"
         f"PartitionCount: {len(partitions)}\tReplicationFactor: {replication}\t"
         f"Configs: {_config_text(config)}"
     ]
-    for p in partitions:
-        leader = p["leader"] if p["leader"] is not None and p["leader"] >= 0 else "none"
-        line = (
-            f"\tPartition: {p['partition']}\tLeader: {leader}\tEpoch: {p['leader_epoch']}\t"
-            f"Replicas: {_ids(p['replicas'])}\tIsr: {_ids(p['isr'])}"
-        )
-        if p["high_watermark"] is not None:
-            line += (
-                f"\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: "
-                f"{p['high_watermark']}\tLogEndOffset: {p['log_end_offset']}\t"
-                f"Size: {human_size(p['size_bytes'])}"
-            )
-        lines.append(line)
+    lines += [partition_line(p) for p in partitions]
     args.out.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _describe_filtered(args: argparse.Namespace) -> int:
+    """kafka-topics.sh --describe --under-replicated-partitions / --unavailable-partitions:
+    the partitions in either state asked for, one line each, of NAME or of every topic."""
+    with connected(args) as cluster:
+        described = cluster.admin().describe_topics(None if args.name is None else [args.name])
+    partitions = [
+        {"topic": d.name, **partition_fields(p)}
+        for d in described
+        for p in d.partitions
+        if (args.under_replicated and p.under_replicated) or (args.unavailable and p.offline)
+    ]
+    if args.json:
+        args.out.write(json.dumps({"partitions": partitions}) + "\n")
+        return 0
+    args.out.write("".join(partition_line(p, with_topic=True) + "\n" for p in partitions))
+    if not partitions:
+        kinds = " or ".join(
+            k for k, on in (("under-replicated", args.under_replicated),
+                            ("unavailable", args.unavailable)) if on
+        )  # fmt: skip
+        scope = "every topic" if args.name is None else f"topic {args.name!r}"
+        print(f"no {kinds} partitions in {scope}", file=sys.stderr)
     return 0
 
 
@@ -189,7 +237,3 @@ def _config_text(config: dict[str, Any], prefix: str = "") -> str:
 
 def _config_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _ids(ids: Sequence[int]) -> str:
-    return ",".join(str(i) for i in ids) or "-"

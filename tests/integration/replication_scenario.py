@@ -105,7 +105,8 @@ def main(data_dir: str) -> dict:
         )  # fmt: skip
         report["reassigned"] = moved._asdict()
         admin.elect_leaders("rf2")
-        wait_for(lambda: admin.describe_topic("rf2").partitions[0].leader == leader, 30, "rf2 leader")
+        wait_for(lambda: admin.describe_topic("rf2").partitions[0].leader == leader, 30,
+                 "rf2 leader")  # fmt: skip
         rf2 = cluster.producer(acks="all", linger_ms=1, delivery_timeout_ms=5000)
         rf2.send("rf2", value=b"before").result(30)
         local.kill(disks[follower])
@@ -117,7 +118,8 @@ def main(data_dir: str) -> dict:
         # The rf2 leader itself must know its ISR shrank, or the write below would be taken
         # and then fail after the append (NotEnoughReplicasAfterAppend) instead.
         wait_for(lambda: admin.partition_offsets("rf2")[0]["isr"] == [leader], 30, "rf2 shrink")
-        report["rf3_write_with_follower_down"] = producer.send("rf3", value=b"600").result(30).offset
+        written = producer.send("rf3", value=b"600").result(30)
+        report["rf3_write_with_follower_down"] = written.offset
         try:
             rf2.send("rf2", value=b"refused").result(30)
             report["rf2_write_with_follower_down"] = "acknowledged"

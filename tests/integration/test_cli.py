@@ -85,6 +85,80 @@ def test_topics_create_list_describe_alter_delete(cluster, capsys):
     assert status == 0, err
 
 
+def test_describe_shows_leadership_fields_and_filters_find_nothing_on_a_healthy_topic(
+    cluster, topic, capsys
+):
+    """describe lists leader, epoch, replicas and ISR (no reassignment, not offline); on a
+    healthy single-disk cluster --under-replicated and --unavailable find nothing."""
+    status, out, err = run(capsys, cluster, "topics", "describe", topic)
+    assert status == 0, err
+    row = out.splitlines()[1]
+    assert "\tLeader: 0\tEpoch: " in row and "\tReplicas: 0\tIsr: 0" in row
+    assert "Adding" not in row and "Offline" not in row
+
+    status, out, err = run(capsys, cluster, "topics", "describe", topic, "--json")
+    assert status == 0, err
+    (p,) = json.loads(out)["partitions"]
+    assert (p["adding"], p["removing"], p["offline"], p["under_replicated"]) == (
+        [], [], False, False
+    )
+
+    for flag in ("--under-replicated", "--unavailable"):
+        status, out, err = run(capsys, cluster, "topics", "describe", topic, flag)
+        assert status == 0, err
+        assert out == "" and "no " in err
+    status, out, err = run(capsys, cluster, "topics", "describe", "--under-replicated",
+                           "--json")  # fmt: skip
+    assert status == 0, err
+    assert topic not in {p["topic"] for p in json.loads(out)["partitions"]}
+
+
+def test_admin_brokers_report_rack_and_fenced(cluster):
+    """The session's one broker has no rack and is not fenced."""
+    brokers = cluster.admin().brokers()
+    assert [(b.rack, b.fenced, b.alive) for b in brokers] == [(None, False, True)]
+
+
+def test_elect_leaders_on_a_topic_led_by_its_preferred_replica(cluster, topic, capsys):
+    """A preferred election where the first replica leads already is "not needed" (exit 0);
+    so is an unclean one for a partition with a live leader; an unknown partition fails
+    with UnknownTopicOrPartition."""
+    status, out, err = run(capsys, cluster, "topics", "elect-leaders", topic)
+    assert status == 0, err
+    (line,) = out.splitlines()
+    assert line.startswith(f"Topic: {topic}\tPartition: 0\tLeader: 0\tnot needed: ")
+    status, out, err = run(capsys, cluster, "topics", "elect-leaders", topic, "--type", "unclean",
+                           "--partition", "0")  # fmt: skip
+    assert status == 0, err
+    assert "\tnot needed: " in out
+    results = cluster.admin().elect_leaders(topic, [0])
+    assert [(r.partition, r.leader, type(r.error).__name__) for r in results] == [
+        (0, 0, "ElectionNotNeeded")
+    ]
+    status, _, err = run(capsys, cluster, "topics", "elect-leaders", topic, "--partition", "3")
+    assert status == 1 and "error: UnknownTopicOrPartition: " in err
+
+
+def test_reassign_to_the_same_replicas_changes_nothing_and_to_unknown_brokers_fails(
+    cluster, topic, capsys, tmp_path
+):
+    """Reassigning a partition to the replicas it has is a no-op; naming a broker that does
+    not exist fails with InvalidReplicaAssignment and leaves the topic as it was."""
+    status, out, err = run(capsys, cluster, "topics", "reassign", topic, "--partition", "0",
+                           "--replicas", "0")  # fmt: skip
+    assert status == 0, err
+    assert "\tPartition: 0\tLeader: 0\t" in out and "Adding" not in out
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(
+        {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [0, 7]}]}
+    ))  # fmt: skip
+    status, _, err = run(capsys, cluster, "topics", "reassign", "--plan", str(plan))
+    assert status == 1 and "error: InvalidReplicaAssignment: " in err
+    described = cluster.admin().describe_topic(topic)
+    assert described.partitions[0].replicas == [0] and not described.partitions[0].reassigning
+
+
 def test_produce_file_with_key_separator_then_consume_json(cluster, topic, tmp_path, capsys):
     """Each line of a file becomes one record, split into key and value at the first
     separator, and consume --format json gives them back in order."""

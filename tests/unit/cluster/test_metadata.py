@@ -23,6 +23,7 @@ from rafka.cluster.placement import assign_replicas
 from rafka.errors import (
     InvalidConfig,
     InvalidPartitions,
+    InvalidReplicaAssignment,
     InvalidReplicationFactor,
     InvalidTopic,
     TopicAlreadyExists,
@@ -80,14 +81,26 @@ def topic_record(topic_id="t1", name="orders", config=None, internal=False) -> d
             "internal": internal}  # fmt: skip
 
 
-def partition_record(topic_id="t1", partition=0, replicas=(0, 1), isr=None, leader=None,
-                     leader_epoch=0) -> dict:  # fmt: skip
+def partition_record(
+    topic_id="t1", partition=0, replicas=(0, 1), isr=None, leader=None, leader_epoch=0,
+    partition_epoch=0, adding=(), removing=(),
+) -> dict:  # fmt: skip
     replicas = list(replicas)
     return {
         "type": "partition", "topic_id": topic_id, "partition": partition,
         "replicas": replicas, "isr": list(isr if isr is not None else replicas),
         "leader": replicas[0] if leader is None else leader, "leader_epoch": leader_epoch,
+        "partition_epoch": partition_epoch, "adding": list(adding), "removing": list(removing),
     }  # fmt: skip
+
+
+def broker_record(broker_id: int, disk: str, rack: str | None = None) -> dict:
+    return {"type": "broker", "broker_id": broker_id, "disk": disk, "rack": rack}
+
+
+def with_brokers(racks: dict[int, str | None]) -> MetadataImage:
+    """An image that knows brokers ``racks`` (broker id -> rack), disk ``/d<id>`` each."""
+    return image_with(*(broker_record(b, f"/d{b}", rack) for b, rack in racks.items()))
 
 
 # -- MetadataImage.apply, record by record -----------------------------------------------------
@@ -110,6 +123,16 @@ def test_broker_record_adds_the_disk_under_its_broker_id():
     assert image.offset == 0
 
 
+def test_broker_record_carries_the_rack_and_an_old_record_without_one_means_no_rack():
+    """The rack of a broker record lands in BrokerState; a record written before racks
+    existed (no "rack" field) gives rack None."""
+    image = image_with(broker_record(0, "/a", "r1"), {"type": "broker", "broker_id": 1,
+                                                      "disk": "/b"})  # fmt: skip
+    assert image.brokers == {0: BrokerState(0, "/a", "r1"), 1: BrokerState(1, "/b", None)}
+    commit(image, [broker_record(0, "/a", "r2")])
+    assert image.brokers[0].rack == "r2"
+
+
 def test_topic_record_creates_a_topic_findable_by_name():
     """A topic record registers the topic by id and by name, with no partitions yet."""
     image = image_with(topic_record(config={"retention.ms": 5}, internal=True))
@@ -128,6 +151,31 @@ def test_partition_record_sets_the_whole_partition_state():
     """A partition record creates a partition with replicas, ISR, leader and epoch."""
     image = image_with(topic_record(), partition_record(replicas=(2, 0), leader_epoch=0))
     assert image.topic("orders").partitions == {0: PartitionState(0, [2, 0], [2, 0], 2, 0)}
+
+
+def test_partition_record_carries_partition_epoch_and_a_reassignment():
+    """partition_epoch, adding and removing land in the state; target_replicas is the
+    replica set without the replicas being removed."""
+    image = image_with(topic_record(), partition_record(
+        replicas=(0, 1, 2), isr=(0, 1), partition_epoch=7, adding=(2,), removing=(0,)
+    ))  # fmt: skip
+    state_ = image.topic("orders").partitions[0]
+    assert state_ == PartitionState(0, [0, 1, 2], [0, 1], 0, 0, 7, [2], [0])
+    assert state_.target_replicas == [1, 2]
+    assert state_.to_record("t1") == partition_record(
+        replicas=(0, 1, 2), isr=(0, 1), partition_epoch=7, adding=(2,), removing=(0,)
+    )
+
+
+def test_partition_record_written_before_partition_epochs_applies_with_defaults():
+    """A partition record of an older metadata log (no partition_epoch, adding, removing)
+    gives partition epoch 0 and no reassignment."""
+    old = partition_record(replicas=(1, 0), leader_epoch=4)
+    for key in ("partition_epoch", "adding", "removing"):
+        del old[key]
+    image = image_with(topic_record(), old)
+    assert image.topic("orders").partitions[0] == PartitionState(0, [1, 0], [1, 0], 1, 4, 0,
+                                                                 [], [])  # fmt: skip
 
 
 def test_later_partition_record_replaces_leadership():
@@ -232,8 +280,10 @@ def record_sequences(draw):
             kinds += ["partition", "config", "delete"]
         kind = draw(st.sampled_from(kinds))
         if kind == "broker":
-            records.append({"type": "broker", "broker_id": draw(st.integers(0, 6)),
-                            "disk": draw(st.sampled_from(["/a", "/b", "/c", "/d"]))})  # fmt: skip
+            records.append(broker_record(
+                draw(st.integers(0, 6)), draw(st.sampled_from(["/a", "/b", "/c", "/d"])),
+                draw(st.sampled_from([None, "r1", "r2"])),
+            ))  # fmt: skip
         elif kind == "topic":
             name = draw(st.text("abc._-", min_size=1, max_size=5))
             if name in names:
@@ -256,8 +306,11 @@ def record_sequences(draw):
             replicas = draw(st.lists(st.integers(0, 6), min_size=1, max_size=3, unique=True))
             isr = [b for b in replicas if draw(st.booleans())]
             leader = isr[0] if isr else NO_LEADER
+            adding = [b for b in replicas[1:] if draw(st.booleans())]
+            removing = [b for b in replicas if b not in adding and draw(st.booleans())]
             records.append(partition_record(
-                topic_id, partition, replicas, isr, leader, draw(st.integers(0, 50))
+                topic_id, partition, replicas, isr, leader, draw(st.integers(0, 50)),
+                draw(st.integers(0, 80)), adding, removing,
             ))  # fmt: skip
         elif kind == "config":
             records.append({"type": "config", "topic_id": draw(st.sampled_from(sorted(topics))),
@@ -295,6 +348,8 @@ def test_rebuilt_image_shares_no_mutable_state_with_the_original(records):
         for p in topic.partitions.values():
             p.replicas.append(99)
             p.isr.append(99)
+            p.adding.append(99)
+            p.removing.append(99)
     assert state(copy_) == before
 
 
@@ -587,7 +642,7 @@ def test_register_broker_gives_new_disks_new_ids_in_order():
     for expected, disk in enumerate(["/a", "/b", "/c"]):
         broker_id, records = controller.register_broker(image, disk, None)
         assert broker_id == expected
-        assert records == [{"type": "broker", "broker_id": expected, "disk": disk}]
+        assert records == [broker_record(expected, disk)]
         commit(image, records)
 
 
@@ -616,6 +671,105 @@ def test_register_broker_refuses_an_id_that_belongs_to_another_disk():
     commit(image, controller.register_broker(image, "/a", None)[1])
     with pytest.raises(InvalidConfig, match="'/b'.*broker id 0.*'/a'"):
         controller.register_broker(image, "/b", 0)
+
+
+def test_register_broker_records_the_rack_of_a_new_broker():
+    """A new disk's record carries its rack; the image then knows it."""
+    image = MetadataImage()
+    broker_id, records = controller.register_broker(image, "/a", None, "rack-1")
+    assert (broker_id, records) == (0, [broker_record(0, "/a", "rack-1")])
+    commit(image, records)
+    assert image.brokers[0] == BrokerState(0, "/a", "rack-1")
+
+
+def test_register_broker_records_a_changed_rack_and_nothing_for_the_same_one():
+    """Re-registering with the rack the metadata holds needs no record; a new rack, or
+    none any more (the label was removed), gives a record keeping the broker id."""
+    image = MetadataImage()
+    commit(image, controller.register_broker(image, "/a", None, "r1")[1])
+    assert controller.register_broker(image, "/a", 0, "r1") == (0, [])
+    assert controller.register_broker(image, "/a", None, "r1") == (0, [])
+    broker_id, records = controller.register_broker(image, "/a", 0, "r2")
+    assert (broker_id, records) == (0, [broker_record(0, "/a", "r2")])
+    commit(image, records)
+    assert controller.register_broker(image, "/a", 0, None) == (0, [broker_record(0, "/a")])
+
+
+def test_register_broker_treats_an_empty_rack_as_none():
+    """An empty rack label means no rack (as Kafka's empty broker.rack)."""
+    image = MetadataImage()
+    commit(image, controller.register_broker(image, "/a", None)[1])
+    assert controller.register_broker(image, "/a", 0, "") == (0, [])
+
+
+@pytest.mark.parametrize("rack", [7, b"r1", ["r1"]])
+def test_register_broker_refuses_a_rack_that_is_not_a_string(rack):
+    """A rack must be a str (a label value): InvalidConfig names the disk and the value."""
+    with pytest.raises(InvalidConfig, match=r"rack of disk '/a'"):
+        controller.register_broker(MetadataImage(), "/a", None, rack)
+
+
+# -- racks in create_topic and create_partitions -----------------------------------------------
+
+RACKS = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c"}
+
+
+def test_broker_racks_reads_the_image_and_gives_none_for_unknown_brokers():
+    """broker_racks maps each broker to its rack in the image, None when it has none or
+    the image does not know it."""
+    image = with_brokers({0: "a", 1: None})
+    assert controller.broker_racks(image, [0, 1, 2]) == {0: "a", 1: None, 2: None}
+
+
+def test_create_topic_places_replicas_on_distinct_racks_when_brokers_have_racks():
+    """With racks in the image, create_topic uses the rack-aware plan: each partition of a
+    replication-factor-3 topic on 3 brokers spans all 3 racks."""
+    image = with_brokers(RACKS)
+    topic_id, records = controller.create_topic(image, "t", 12, 3, None, list(RACKS))
+    plan = assign_replicas(topic_id, 0, 12, 3, list(RACKS), RACKS)
+    assert records[1:] == [partition_record(topic_id, p, plan[p]) for p in range(12)]
+    for record in records[1:]:
+        assert {RACKS[b] for b in record["replicas"]} == {"a", "b", "c"}
+
+
+def test_create_topic_without_racks_keeps_the_rack_unaware_plan():
+    """Brokers registered without a rack get exactly the rack-unaware plan."""
+    image = with_brokers({0: None, 1: None, 2: None})
+    topic_id, records = controller.create_topic(image, "t", 6, 2, None, BROKERS)
+    plan = assign_replicas(topic_id, 0, 6, 2, BROKERS)
+    assert records[1:] == [partition_record(topic_id, p, plan[p]) for p in range(6)]
+
+
+def test_create_topic_refuses_live_brokers_of_which_only_some_have_a_rack():
+    """A mix of brokers with and without a rack raises InvalidReplicaAssignment naming the
+    brokers without one and the label to set; racks of brokers not live do not count."""
+    image = with_brokers({0: "a", 1: None, 2: "b", 3: None})
+    with pytest.raises(InvalidReplicaAssignment, match=r"\(s\) 1, 3 have no rack.*rafka-rack"):
+        controller.create_topic(image, "t", 1, 1, None, [0, 1, 2, 3])
+    _tid, records = controller.create_topic(image, "t", 4, 2, None, [1, 3])  # none has a rack
+    assert all(set(r["replicas"]) == {1, 3} for r in records[1:])
+
+
+def test_create_partitions_places_new_partitions_rack_aware():
+    """Added partitions continue the rack-aware plan of the topic."""
+    image = with_brokers(RACKS)
+    topic_id = created(image, "t", partitions=2, rf=2, brokers=list(RACKS))
+    records = controller.create_partitions(image, "t", 5, list(RACKS))
+    plan = assign_replicas(topic_id, 0, 5, 2, list(RACKS), RACKS)
+    assert records == [partition_record(topic_id, p, plan[p]) for p in (2, 3, 4)]
+    for record in records:
+        assert len({RACKS[b] for b in record["replicas"]}) == 2
+
+
+def test_create_partitions_takes_the_replication_factor_a_reassignment_leads_to():
+    """While partition 0 is being reassigned (replicas 0,1,2 = target 1,2 plus 0 being
+    removed), new partitions get the target's replication factor, 2."""
+    image = MetadataImage()
+    created(image, "t", partitions=1, rf=2)
+    topic = image.topic("t")
+    commit(image, [partition_record(topic.topic_id, 0, (0, 1, 2), adding=(2,), removing=(0,))])
+    records = controller.create_partitions(image, "t", 3, BROKERS)
+    assert [len(r["replicas"]) for r in records] == [2, 2]
 
 
 # -- controller.allocate_producer_ids ----------------------------------------------------------
@@ -652,6 +806,7 @@ def _populated() -> MetadataImage:
     image = MetadataImage()
     for disk in ("/a", "/b", "/c"):
         commit(image, controller.register_broker(image, disk, None)[1])
+    commit(image, controller.register_broker(image, "/racked", None, "r1")[1])  # broker 3
     created(image, "orders", partitions=3, rf=2, config={"retention.ms": 1000})
     created(image, "a.b", partitions=1, rf=1)
     created(image, "__consumer_offsets", partitions=2, rf=1, internal=True)
@@ -676,6 +831,9 @@ REFUSED = {
     "delete unknown": lambda i: controller.delete_topic(i, "nope"),
     "delete internal": lambda i: controller.delete_topic(i, "__consumer_offsets"),
     "stolen broker id": lambda i: controller.register_broker(i, "/z", 0),
+    "bad rack": lambda i: controller.register_broker(i, "/z", None, 5),
+    "mixed racks": lambda i: controller.create_topic(i, "new", 1, 1, None, [0, 1, 2, 3]),
+    "grow mixed racks": lambda i: controller.create_partitions(i, "orders", 6, [0, 1, 2, 3]),
 }  # fmt: skip
 
 ACCEPTED = {
@@ -684,6 +842,7 @@ ACCEPTED = {
     "alter": lambda i: controller.alter_config(i, "orders", {"retention.ms": None}),
     "delete": lambda i: controller.delete_topic(i, "orders"),
     "new broker": lambda i: controller.register_broker(i, "/z", None),
+    "rack changed": lambda i: controller.register_broker(i, "/a", 0, "r9"),
     "producer ids": lambda i: controller.allocate_producer_ids(i),
 }
 
@@ -694,7 +853,8 @@ def test_a_refused_request_leaves_the_image_unchanged(call):
     image = _populated()
     before = state(image)
     with pytest.raises((InvalidTopic, InvalidPartitions, InvalidConfig, TopicAlreadyExists,
-                        InvalidReplicationFactor, UnknownTopicOrPartition)):  # fmt: skip
+                        InvalidReplicationFactor, UnknownTopicOrPartition,
+                        InvalidReplicaAssignment)):  # fmt: skip
         call(image)
     assert state(image) == before
 
