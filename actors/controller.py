@@ -61,6 +61,10 @@ class Controller:
         self._lock = asyncio.Lock()  # one metadata change at a time, in log order
         self._agents: dict[int, Any] = {}
         self._replicas: dict[str, Any] = {}
+        # (topic id, partition, broker) -> newest incarnation of that replica that checked
+        # in after a restart. In memory: after a controller restart, the next check-ins
+        # fill it again.
+        self._incarnations: dict[tuple[str, int, int], int] = {}
         self._producer_ids: range = range(0)
         self.liveness = BrokerLiveness(setting(self.settings, "broker.session.timeout.ms"))
         self.liveness.track(self.image.brokers, _now_ms())
@@ -126,10 +130,17 @@ class Controller:
                 p, self.liveness.live(), self._unclean(topic)
             ) if broker_id in p.replicas else None
         )  # fmt: skip
-        states = [
-            self._replica_state(topic, p, broker_id)
-            for topic, p in self.image.replicas_on(broker_id)
-        ]
+        hosted = self.image.replicas_on(broker_id)
+        for topic, p in hosted:
+            # What it missed while fenced (pushes went only to live brokers), such as
+            # having been replaced as leader.
+            try:
+                self._replica(topic, p, broker_id).update_state.remote(
+                    self._replica_state(topic, p, broker_id)
+                )
+            except ValueError:
+                pass
+        states = [self._replica_state(topic, p, broker_id) for topic, p in hosted]
         if states:
             try:
                 await self._call_agent(broker_id, "ensure_replicas", states)
@@ -249,11 +260,15 @@ class Controller:
         return topic, p
 
     async def replica_started(
-        self, topic_id: str, partition: int, broker_id: int, clean: bool
-    ) -> tuple[dict | None, bool]:
+        self, topic_id: str, partition: int, broker_id: int, clean: bool,
+        incarnation: int | None = None,
+    ) -> tuple[dict | None, bool]:  # fmt: skip
         """A replica actor (re)started with its log: decide what it is now. Answers (its
         state, True), or (None, False) when it no longer belongs to the partition."""
         self._broker_alive(broker_id)
+        if incarnation is not None:
+            key = (topic_id, partition, broker_id)
+            self._incarnations[key] = max(self._incarnations.get(key, incarnation), incarnation)
         topic, p = self._find_partition(topic_id, partition)
         if p is None or broker_id not in p.replicas:
             return None, False
@@ -277,10 +292,14 @@ class Controller:
 
     async def alter_isr(
         self, topic_id: str, partition: int, leader: int, leader_epoch: int,
-        partition_epoch: int, new_isr: list[int],
+        partition_epoch: int, new_isr: list[int], incarnations: dict | None = None,
     ) -> tuple[int, str, dict | None]:  # fmt: skip
-        """A leader's ISR proposal. Answers (0, "", new state) or (errno, message, current
-        state) when it was refused."""
+        """A leader's ISR proposal (with the incarnation it saw each member fetch in).
+        Answers (0, "", new state) or (errno, message, current state) when it was refused."""
+        current = {
+            b: self._incarnations[(topic_id, partition, b)]
+            for b in new_isr if (topic_id, partition, b) in self._incarnations
+        }  # fmt: skip
         topic, p = self._find_partition(topic_id, partition)
         if p is None:
             return UnknownTopicOrPartition.errno, "the partition no longer exists", None
@@ -289,7 +308,8 @@ class Controller:
         def decide_one(t, q):
             try:
                 new = elections.alter_isr(
-                    q, leader, leader_epoch, partition_epoch, new_isr, self.liveness.live()
+                    q, leader, leader_epoch, partition_epoch, new_isr, self.liveness.live(),
+                    incarnations, current,
                 )
             except RafkaError as e:
                 refusal.append(e)

@@ -56,11 +56,13 @@ class LocalCluster:
                 "labels": {DISK_LABEL: CONTROLLER_DISK},
             },
         )
+        # Connect while the head is the only node: with several nodes on one address the
+        # driver may attach to any of them, and cluster_utils never removes the driver's.
+        ray.init(address=self.ray_cluster.address, namespace=self.namespace,
+                 logging_level="ERROR")  # fmt: skip
         for disk in self.disks:
             self.nodes[disk] = self._add_node(disk)
         self.ray_cluster.wait_for_nodes()
-        ray.init(address=self.ray_cluster.address, namespace=self.namespace,
-                 logging_level="ERROR")  # fmt: skip
         self.cluster = rafka.connect(
             data_dir=self.data_dir, namespace=self.namespace, settings=self.settings
         )
@@ -82,6 +84,15 @@ class LocalCluster:
         """A new node comes up with ``disk``: its agent and replicas restart there."""
         self.nodes[disk] = self._add_node(disk)
         self.ray_cluster.wait_for_nodes()
+
+    def add_disk(self, disk: str) -> None:
+        """A node with a new disk joins; rafka starts a node agent (a broker) for it, as
+        ``rafka up`` does on a real cluster."""
+        from rafka.actors import service
+
+        self.revive(disk)
+        self.disks.append(disk)
+        service.start_services(self.data_dir, self.namespace, self.settings)
 
     def is_up(self, disk: str) -> bool:
         return disk in self.nodes

@@ -99,6 +99,9 @@ class PartitionReplica:
         self.partition = state["partition"]
         self.broker_id = state["broker_id"]
         self.namespace = namespace
+        # Grows with every start of this replica (wall-clock ns): its fetches carry it, so a
+        # leader never counts progress made before a restart that may have lost data.
+        self.incarnation = time.time_ns()
         self.log = Log(self.directory, LogConfig.from_dict(state["config"]))
         self.leader: LeaderState | None = None
         # A restarted replica neither leads nor follows until the controller has answered
@@ -218,14 +221,18 @@ class PartitionReplica:
         delay = 0.05
         while not self._closed:
             answer = await self._call_controller(
-                "replica_started", self.topic_id, self.partition, self.broker_id, clean
-            )
+                "replica_started", self.topic_id, self.partition, self.broker_id, clean,
+                self.incarnation,
+            )  # fmt: skip
             if answer is not None:
                 state, exists = answer
                 if not exists:
-                    log.warning("%s-%d: no longer assigned here; closing", self.topic,
-                                self.partition)  # fmt: skip
-                    await self.close()
+                    # Deleted or moved away while this node was down: remove the stray files
+                    # and this actor, as Kafka deletes stray logs.
+                    log.warning("%s-%d: no longer assigned to broker %d; deleting it",
+                                self.topic, self.partition, self.broker_id)  # fmt: skip
+                    await self.delete()
+                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
                     return
                 self.checked_in = True
                 self._adopt(state, force=True)
@@ -342,6 +349,7 @@ class PartitionReplica:
             answer = await self._call_controller(
                 "alter_isr", self.topic_id, self.partition, self.broker_id,
                 leader.leader_epoch, leader.partition_epoch, proposal,
+                leader.incarnations(proposal),
             )  # fmt: skip
             if answer is None:
                 await asyncio.sleep(delay)
@@ -403,7 +411,7 @@ class PartitionReplica:
                 handle = self._leader_handle(leader_id)
                 ref = handle.replicate.remote(
                     self.broker_id, s["leader_epoch"], self.log.log_end_offset,
-                    self.log.latest_epoch, max_bytes, wait_ms,
+                    self.log.latest_epoch, max_bytes, wait_ms, self.incarnation,
                 )  # fmt: skip
                 answer = await asyncio.wait_for(ref, wait_ms / 1000 + 5.0)
             except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
@@ -444,6 +452,10 @@ class PartitionReplica:
             log.warning("%s-%d: diverged from the leader after epoch %d; truncating %d -> %d",
                         self.topic, self.partition, epoch, log_.log_end_offset, target)
             log_.truncate_to(target)
+        # Also forget epochs that start at the target but were never written to (recorded
+        # when this replica was elected and led nothing), as Kafka's truncateTo does;
+        # otherwise the next fetch would name them again.
+        log_.epoch_cache.truncate_from_end(target)
 
     def _append_from_leader(self, records: np.ndarray, leader_log_start: int) -> None:
         log_ = self.log
@@ -620,9 +632,11 @@ class PartitionReplica:
         last_fetched_epoch: int,
         max_bytes: int,
         max_wait_ms: int,
+        incarnation: int | None = None,
     ) -> tuple:
         """A follower's fetch: it holds everything below ``fetch_offset``, its last batch is
-        from ``last_fetched_epoch``, and it believes this replica leads in ``leader_epoch``.
+        from ``last_fetched_epoch``, and it believes this replica leads in ``leader_epoch``;
+        ``incarnation`` identifies the follower replica's current life.
         Answers (errno, message, high_watermark, log_start_offset, log_end_offset,
         diverging_epoch, diverging_end_offset, records): a diverging end offset >= 0 tells the
         follower to truncate (KIP-320); otherwise records from ``fetch_offset`` up to the log
@@ -648,7 +662,7 @@ class PartitionReplica:
             if diverged is not None:
                 return self._diverged(*diverged)
             if self._set_high_watermark(
-                leader.on_follower_fetch(follower, fetch_offset, now_ms())
+                leader.on_follower_fetch(follower, fetch_offset, now_ms(), incarnation)
             ):
                 async with appended:
                     appended.notify_all()

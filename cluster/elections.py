@@ -18,7 +18,7 @@ appends the new state as a metadata record and then tells the replicas. Rules (K
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Collection
+from typing import Collection, Mapping
 
 from rafka.cluster.metadata import NO_LEADER, PartitionState
 from rafka.errors import (
@@ -135,9 +135,14 @@ def alter_isr(
     partition_epoch: int,
     new_isr: list[int],
     live: Collection[int],
+    incarnations: Mapping[int, int] | None = None,
+    current_incarnations: Mapping[int, int] | None = None,
 ) -> PartitionState:
     """The leader's ISR proposal, checked; raises (and changes nothing) when the proposal is
-    stale or names a replica that may not join."""
+    stale or names a replica that may not join. ``incarnations`` are those the leader saw
+    each joining replica fetch in; ``current_incarnations`` the newest the controller knows
+    (from replicas checking in after a restart): a replica that restarted since it caught up
+    may not join on its earlier life's progress."""
     if leader != p.leader:
         raise NotLeaderOrFollower(
             f"broker {leader} proposed an ISR but the leader is {p.leader}"
@@ -163,6 +168,17 @@ def alter_isr(
     joining = [b for b in new_isr if b not in p.isr and b not in live]
     if joining:
         raise IneligibleReplica(f"brokers {joining} are not alive and may not join the ISR")
+    known = current_incarnations or {}
+    seen = incarnations or {}
+    restarted = [
+        b for b in new_isr
+        if b not in p.isr and b in known and seen.get(b) != known[b]
+    ]  # fmt: skip
+    if restarted:
+        raise IneligibleReplica(
+            f"replicas {restarted} restarted since the leader saw them catch up; they join "
+            "once they have fetched again"
+        )
     isr = [b for b in p.isr if b in new_isr] + [b for b in new_isr if b not in p.isr]
     if isr == p.isr:
         return p

@@ -14,7 +14,11 @@ produce may be answered. Invariants of ``LeaderState``:
   partition state) settles it;
 - a follower joins the ISR once it has everything below the high watermark and everything
   this leader wrote before it took over (its epoch start offset); it leaves when it has not
-  caught up to the leader's log end for ``replica.lag.time.max.ms``.
+  caught up to the leader's log end for ``replica.lag.time.max.ms``;
+- a follower's progress counts only from its own fetches to this leader, in its current
+  incarnation: a replica that restarted (and may have lost its unflushed tail) starts from
+  nothing, and a late fetch from its earlier life is ignored (Kafka's KIP-903);
+- only a newer partition epoch than the one held settles a pending proposal.
 
 With one replica the ISR is the leader alone and the high watermark is its log end offset.
 """
@@ -32,12 +36,17 @@ UNDEFINED_OFFSET = -1
 EpochEndLookup = Callable[[int], tuple[int, int]]
 
 
+#: A follower's log end before its first fetch to this leader: unknown, below everything.
+UNKNOWN_OFFSET = -1
+
+
 @dataclass
 class FollowerProgress:
-    log_end_offset: int = 0
+    log_end_offset: int = UNKNOWN_OFFSET
     last_caught_up_ms: int = 0
     leader_end_at_last_fetch: int = 0  # the leader's log end when the previous fetch came
     last_fetch_ms: int = 0
+    incarnation: int | None = None  # of the follower's replica, as its fetches say
 
 
 class LeaderState:
@@ -86,12 +95,21 @@ class LeaderState:
         self.log_end_offset = log_end_offset
         return self._advance_high_watermark()
 
-    def on_follower_fetch(self, follower: int, fetch_offset: int, now_ms: int) -> int:
-        """A follower asked for ``fetch_offset`` (after any divergence was settled), so it
-        holds everything below it. Returns the high watermark."""
+    def on_follower_fetch(
+        self, follower: int, fetch_offset: int, now_ms: int, incarnation: int | None = None
+    ) -> int:
+        """A follower (in ``incarnation``, which grows each time its replica starts) asked
+        for ``fetch_offset`` after any divergence was settled, so it holds everything below
+        it. Returns the high watermark."""
         progress = self.followers.get(follower)
         if progress is None:
             raise KeyError(follower)
+        if incarnation is not None and incarnation != progress.incarnation:
+            if progress.incarnation is not None and incarnation < progress.incarnation:
+                return self.high_watermark  # a late fetch from the follower's earlier life
+            self.followers[follower] = progress = FollowerProgress(
+                UNKNOWN_OFFSET, progress.last_caught_up_ms, incarnation=incarnation
+            )
         progress.log_end_offset = fetch_offset
         # Caught up now if it has the leader's whole log; caught up as of its previous fetch if
         # it has what the leader had then (Kafka's rule: a follower one batch behind a busy
@@ -125,6 +143,15 @@ class LeaderState:
             return None
         return [b for b in self.isr if b not in lagging] + sorted(joining)
 
+    def incarnations(self, brokers: list[int]) -> dict[int, int]:
+        """The incarnation each of ``brokers`` fetched in (for the controller to check that a
+        replica joining the ISR is the one that caught up)."""
+        return {
+            b: self.followers[b].incarnation
+            for b in brokers
+            if b in self.followers and self.followers[b].incarnation is not None
+        }
+
     def propose(self, isr: list[int]) -> None:
         """``isr`` was sent to the controller; until it answers, the high watermark counts
         the committed members and any joining one."""
@@ -133,8 +160,8 @@ class LeaderState:
     def on_isr_committed(self, isr: list[int], partition_epoch: int) -> int:
         """The controller recorded ``isr`` (the answer to a proposal, or its own change such
         as fencing a dead follower). Returns the high watermark."""
-        if partition_epoch < self.partition_epoch:
-            return self.high_watermark
+        if partition_epoch <= self.partition_epoch:
+            return self.high_watermark  # a late copy of what this leader already holds
         self.partition_epoch = partition_epoch
         self.isr = [b for b in isr if b in self.replicas] or [self.broker_id]
         if self.broker_id not in self.isr:

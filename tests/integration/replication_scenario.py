@@ -10,6 +10,8 @@ LocalCluster with three disk nodes, and the failures of Kafka's replication stor
    that follower's node dies: the RF=3 ISR shrinks and acks=all still works there, while
    the RF=2 topic refuses acks=all with NotEnoughReplicas.
 4. The follower's node comes back: both ISRs are full again and the RF=2 topic takes writes.
+5. A node is lost for good: its RF=2 replica is re-created on a new disk node by
+   ``reassign_partitions``, copying the log by follower fetch.
 
 Prints one ``REPORT {json}`` line with what it saw.
 """
@@ -17,6 +19,7 @@ Prints one ``REPORT {json}`` line with what it saw.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -138,6 +141,25 @@ def main(data_dir: str) -> dict:
         report["under_replicated"] = [
             (t, p.partition) for t, p in admin.under_replicated_partitions()
         ]  # fmt: skip
+
+        # 5. The follower's node is lost for good; its replica moves to a new disk.
+        local.kill(disks[follower])
+        local.add_disk("d4")
+        new_broker = next(b.broker_id for b in admin.brokers() if b.disk == "d4")
+        admin.reassign_partitions("rf2", {0: [leader, new_broker]})
+        moved = wait_for(
+            lambda: (p := admin.describe_topic("rf2").partitions[0]).replicas
+            == [leader, new_broker] and len(p.isr) == 2 and p,
+            90, "reassignment to the new disk",
+        )  # fmt: skip
+        report["moved_to_new_disk"] = moved._asdict()
+        copied = {o["broker_id"]: o for o in admin.partition_offsets("rf2")}
+        report["new_disk_copy"] = sorted(
+            n for n in os.listdir(os.path.join(data_dir, "d4")) if n.startswith("rf2-")
+        )  # fmt: skip
+        report["rf2_write_after_move"] = rf2.send("rf2", value=b"moved").result(30).offset
+        report["rf2_read_after_move"] = [v.decode() for v in read_all(cluster, "rf2", 3)]
+        report["leader_log_end_after_move"] = copied[leader]["log_end_offset"]
         producer.close()
         rf2.close()
     finally:

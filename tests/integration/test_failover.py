@@ -74,3 +74,10 @@ def test_returning_follower_rejoins_and_writes_resume(report):
     assert "refused" not in report["rf2_read"]
     assert report["rf3_read_count"] == 601
     assert report["under_replicated"] == []
+
+
+def test_replica_of_a_lost_node_is_recreated_on_a_new_disk_with_the_data(report):
+    moved = report["moved_to_new_disk"]
+    assert moved["adding"] == [] and moved["removing"] == [] and len(moved["isr"]) == 2
+    assert report["new_disk_copy"] == ["rf2-0"]
+    assert report["rf2_read_after_move"] == ["before", "after", "moved"]
