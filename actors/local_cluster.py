@@ -12,6 +12,7 @@ A process holds one Ray connection, so use one LocalCluster per process.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from rafka.actors.placement import CONTROLLER_RESOURCE, DISK_LABEL, DISK_RESOURCE
@@ -80,10 +81,18 @@ class LocalCluster:
         """The node holding ``disk`` dies (its processes are killed; its files stay)."""
         self.ray_cluster.remove_node(self.nodes.pop(disk), allow_graceful=False)
 
-    def revive(self, disk: str) -> None:
-        """A new node comes up with ``disk``: its agent and replicas restart there."""
-        self.nodes[disk] = self._add_node(disk)
-        self.ray_cluster.wait_for_nodes()
+    def revive(self, disk: str, timeout_s: float = 60.0) -> None:
+        """A new node comes up with ``disk``: its agent and replicas restart there. Waits for
+        this node only (cluster_utils' wait_for_nodes would also wait until Ray has marked
+        every killed node dead, about 15 s)."""
+        import ray
+
+        node = self.nodes[disk] = self._add_node(disk)
+        deadline = time.monotonic() + timeout_s
+        while not any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the node of disk {disk!r} did not come up in {timeout_s} s")
+            time.sleep(0.1)
 
     def add_disk(self, disk: str) -> None:
         """A node with a new disk joins; rafka starts a node agent (a broker) for it, as

@@ -107,6 +107,7 @@ class PartitionReplica:
         # A restarted replica neither leads nor follows until the controller has answered
         # its check-in; a new one starts from the state it was created with.
         self.checked_in = not restarted
+        self._pushed: dict[str, Any] | None = None  # newest state pushed before check-in
         if self.checked_in:
             self._become_leader_if_named()
         _write_state(self.directory, self.state)
@@ -236,6 +237,9 @@ class PartitionReplica:
                     return
                 self.checked_in = True
                 self._adopt(state, force=True)
+                pushed, self._pushed = self._pushed, None
+                if pushed is not None and _version(pushed) > _version(state):
+                    self._adopt(pushed)  # a newer state was pushed while the answer travelled
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -252,6 +256,8 @@ class PartitionReplica:
             return
         if self.checked_in:
             self._adopt(state)
+        elif self._pushed is None or _version(state) > _version(self._pushed):
+            self._pushed = state  # newer than the check-in answer, perhaps: see _check_in
 
     def _adopt(self, new: dict[str, Any], force: bool = False) -> None:
         old = self.state

@@ -10,7 +10,7 @@ import argparse
 import importlib
 from types import ModuleType
 
-BENCHMARKS = ("storage", "clients")
+BENCHMARKS = ("storage", "clients", "failover")
 
 
 def main(argv: list[str] | None = None) -> None:

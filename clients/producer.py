@@ -49,6 +49,7 @@ from rafka.errors import (
     error_class,
 )
 from rafka.storage import record_batch as rb
+from rafka.storage.producer_state import BATCHES_KEPT
 from rafka.types import RecordMetadata
 
 log = logging.getLogger(__name__)
@@ -393,6 +394,8 @@ class Producer:
         while True:
             if self._requests:
                 self._abandon_stalled()
+            if self._renewing:
+                self._renew_producer_ids()
             with self._lock:
                 to_send = self._collect_sendable()
                 while not to_send and not self._completions:
@@ -432,7 +435,10 @@ class Producer:
         out = []
         limit = self.config.max_in_flight
         budget = self.config.max_request_size
+        idempotent = self.config.enable_idempotence
         for queue in self._queues.values():
+            if queue.renew_id:
+                continue  # nothing goes out until the partition has its new producer id
             while queue.ready and queue.requests_in_flight < limit:
                 if queue.ready[0].retry_at > now:
                     break
@@ -444,6 +450,12 @@ class Producer:
                     head = queue.ready[0]
                     if request and (size + head.size > budget or head.attempts):
                         break
+                    if idempotent and not head.attempts and queue.unacked >= BATCHES_KEPT:
+                        # The leader remembers its last BATCHES_KEPT batches per producer:
+                        # more unacknowledged ones and a resent one could not be recognised.
+                        break
+                    if not head.attempts:
+                        queue.unacked += 1
                     queue.ready.popleft()
                     queue.in_flight += 1
                     queue.sent.add(head)
@@ -451,6 +463,8 @@ class Producer:
                     size += head.size
                     if head.attempts:
                         break  # a retried batch travels alone
+                if not request:
+                    break
                 queue.requests_in_flight += 1
                 queue.retrying = any(b.attempts for b in queue.ready)
                 out.append(request)
@@ -495,6 +509,44 @@ class Producer:
             self._requests.add(sent)
         future = self._gateway.future(ref)
         future.add_done_callback(lambda f, r=sent: self._post_request(r, *_outcome(f)))
+
+    @property
+    def _renewing(self) -> bool:
+        return any(q.renew_id for q in self._queues.values())
+
+    def _renew_producer_ids(self) -> None:
+        """For each partition whose batch failed for good after it may have been written,
+        once nothing of it is in flight: a fresh producer id, batches still waiting renumbered
+        from sequence 0 under it, and waiting batches that may have been written failed (a
+        resend under the new id could write them twice). Sender thread, lock not held."""
+        with self._lock:
+            idle = [q for q in self._queues.values() if q.renew_id and not q.in_flight]
+        for queue in idle:
+            try:
+                producer_id, epoch = self._gateway.call_controller("allocate_producer_id")
+            except RafkaError as e:
+                log.warning("could not get a new producer id (%r); trying again", e)
+                return
+            doomed = []
+            with self._lock:
+                queue.producer_id, queue.producer_epoch = producer_id, epoch
+                sequence = 0
+                for batch in list(queue.ready):
+                    if batch.maybe_written:
+                        queue.ready.remove(batch)
+                        doomed.append(batch)
+                        continue
+                    batch.sequence, batch.encoded = sequence, None
+                    sequence = rb.increment_sequence(sequence, batch.count)
+                queue.next_sequence = sequence
+                queue.retrying = any(b.attempts for b in queue.ready)
+                queue.renew_id = False
+                self._wake.notify_all()
+            for batch in doomed:
+                self._complete(batch, RequestTimedOut(
+                    f"a batch of {batch.topic}-{batch.partition} may or may not have been "
+                    "written: the leader's answer was lost and a later resend was refused"
+                ))  # fmt: skip
 
     def _abandon_stalled(self) -> None:
         """Requests outstanding for long whose partition's leader has moved since they were
@@ -544,9 +596,13 @@ class Producer:
             self._wake.notify_all()
 
     def _encode(self, batch: ProducerBatch) -> bytes:
+        queue = self._queues[(batch.topic, batch.partition)]
+        own = queue.producer_id is None
         common = dict(
-            codec=self.config.compression, producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch, base_sequence=batch.sequence,
+            codec=self.config.compression,
+            producer_id=self.producer_id if own else queue.producer_id,
+            producer_epoch=self.producer_epoch if own else queue.producer_epoch,
+            base_sequence=batch.sequence,
         )  # fmt: skip
         if batch.packed is not None:
             keys, values = batch.packed
@@ -558,7 +614,11 @@ class Producer:
         )  # fmt: skip
 
     def _handle_answer(self, batch: ProducerBatch, answer, error: BaseException | None) -> None:
-        if error is None and answer[0] != 0:
+        if error is not None:
+            # A request-level failure or no answer at all: the batch may be in the log.
+            # (Per-batch errors in an answer mean the append refused it.)
+            batch.maybe_written = True
+        elif answer[0] != 0:
             error = error_class(answer[0])(answer[1])
         key = (batch.topic, batch.partition)
         if error is None:
@@ -581,6 +641,8 @@ class Producer:
                 queue.retrying = True
                 _insert_by_sequence(queue.ready, batch)
                 self._wake.notify_all()
+            elif batch.maybe_written and batch.sequence != rb.NO_SEQUENCE:
+                queue.renew_id = True
             else:
                 self._release_sequence(queue, batch)
         if retry:
@@ -629,6 +691,8 @@ class Producer:
                     log.exception("producer callback raised")
         batch.values = batch.keys = batch.headers = batch.encoded = batch.packed = None
         with self._lock:
+            if batch.attempts:
+                self._queues[(batch.topic, batch.partition)].unacked -= 1
             self._outstanding -= 1
             self._buffered -= batch.size
             self._wake.notify_all()

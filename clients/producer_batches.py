@@ -18,7 +18,7 @@ class ProducerBatch:
         "topic", "partition", "values", "keys", "headers", "timestamps", "timestamp",
         "size", "count", "created", "sequence", "encoded", "attempts", "retry_at", "callbacks",
         "done", "error", "base_offset", "append_time", "packed", "closed", "plain",
-        "resequenced",
+        "resequenced", "maybe_written",
     )  # fmt: skip
 
     def __init__(self, topic: str, partition: int, timestamp: int) -> None:
@@ -45,6 +45,9 @@ class ProducerBatch:
         self.closed = False
         self.plain = True  # only values so far: send()'s fast path may append here
         self.resequenced = False  # its sequence moved down after an earlier batch failed
+        # An attempt ended without a clear answer (timeout, lost leader, dead actor): the
+        # leader may have written it, so its sequence numbers can never be given away.
+        self.maybe_written = False
 
     def record_timestamp(self, index: int) -> int:
         if self.append_time >= 0:
@@ -126,7 +129,7 @@ class BulkFuture:
 class PartitionQueue:
     __slots__ = (
         "ready", "in_flight", "requests_in_flight", "sent", "next_sequence", "retrying",
-        "next_request", "session",
+        "next_request", "session", "unacked", "producer_id", "producer_epoch", "renew_id",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -140,3 +143,10 @@ class PartitionQueue:
         self.next_request = 0
         self.session = 0
         self.retrying = False  # a batch awaits resending: send nothing newer until it is out
+        self.unacked = 0  # batches sent at least once and not yet done
+        # The producer id this partition's batches carry (None: the producer's own). It is
+        # renewed when a batch that may have been written fails for good, since its
+        # sequence numbers can then neither be reused nor skipped (Kafka's KIP-360 bump).
+        self.producer_id: int | None = None
+        self.producer_epoch = 0
+        self.renew_id = False

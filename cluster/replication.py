@@ -80,7 +80,7 @@ class LeaderState:
         self.lag_time_max_ms = lag_time_max_ms
         # Followers start as caught up "now": a new leader gives each a full lag window.
         self.followers = {
-            b: FollowerProgress(0, now_ms) for b in self.replicas if b != broker_id
+            b: FollowerProgress(UNKNOWN_OFFSET, now_ms) for b in self.replicas if b != broker_id
         }
 
     @property
@@ -179,7 +179,7 @@ class LeaderState:
         self.replicas = list(replicas)
         for b in replicas:
             if b != self.broker_id and b not in self.followers:
-                self.followers[b] = FollowerProgress(0, now_ms)
+                self.followers[b] = FollowerProgress(UNKNOWN_OFFSET, now_ms)
         for b in list(self.followers):
             if b not in replicas:
                 del self.followers[b]

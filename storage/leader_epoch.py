@@ -63,11 +63,20 @@ class LeaderEpochCache:
         return self.entries[-1].epoch if self.entries else UNDEFINED_EPOCH
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset``. A repeated or older epoch is a
-        no-op; entries at or past ``start_offset`` (left by a diverged log) are replaced."""
-        if epoch < 0 or epoch <= self.latest_epoch:
+        """Record that ``epoch`` starts at ``start_offset``. Repeating the latest epoch is a
+        no-op. Otherwise, as Kafka's cache does, trailing entries that would break the
+        order (an epoch as new or newer, or starting at or after ``start_offset``) are
+        dropped first: they were recorded for records this log does not hold, such as an
+        epoch recorded at an election and never written to."""
+        if epoch < 0:
             return
-        while self.entries and self.entries[-1].start_offset >= start_offset:
+        if self.entries and epoch == self.latest_epoch and (
+            start_offset >= self.entries[-1].start_offset
+        ):
+            return
+        while self.entries and (
+            self.entries[-1].epoch >= epoch or self.entries[-1].start_offset >= start_offset
+        ):
             self.entries.pop()
         self.entries.append(EpochEntry(epoch, start_offset))
         self._persist()
