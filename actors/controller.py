@@ -43,8 +43,6 @@ from rafka.errors import (
 from rafka.storage.config import LogConfig
 
 CONTROLLER_DIR = "controller"
-#: How long the controller waits for a suspect broker's agent to answer a probe.
-PROBE_TIMEOUT_S = 0.5
 #: Cluster settings the replicas need (Kafka's broker property names).
 REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
                     "replica.fetch.max.bytes")  # fmt: skip
@@ -66,7 +64,11 @@ class Controller:
         # fill it again.
         self._incarnations: dict[tuple[str, int, int], int] = {}
         self._producer_ids: range = range(0)
-        self.liveness = BrokerLiveness(setting(self.settings, "broker.session.timeout.ms"))
+        session_ms = setting(self.settings, "broker.session.timeout.ms")
+        # Half a session of silence makes a broker a suspect and the probe gets the other
+        # half: a broker is fenced one session after its last heartbeat unless it answers.
+        self.liveness = BrokerLiveness(session_ms // 2)
+        self._probe_timeout_s = session_ms / 2000
         self.liveness.track(self.image.brokers, _now_ms())
         self._probing: set[int] = set()
         self._background: set[asyncio.Task] = set()
@@ -162,7 +164,9 @@ class Controller:
     async def _probe(self, broker_id: int) -> None:
         try:
             try:
-                await asyncio.wait_for(self._agent(broker_id).ping.remote(), PROBE_TIMEOUT_S)
+                await asyncio.wait_for(
+                    self._agent(broker_id).ping.remote(), self._probe_timeout_s
+                )
                 self._broker_alive(broker_id)  # only slow: its heartbeats will resume
                 return
             except (asyncio.TimeoutError, ray.exceptions.RayActorError, BrokerNotAvailable):

@@ -2,8 +2,9 @@
 
 Plain Python with the clock passed in. Ray marks a dead node only after about 16 s, so the
 controller keeps its own view: every node agent heartbeats every
-``broker.heartbeat.interval.ms``; a broker silent for ``broker.session.timeout.ms`` is a
-suspect, and the controller fences it once a direct probe also goes unanswered. A fenced
+``broker.heartbeat.interval.ms``; a broker silent for ``session_timeout_ms`` is a suspect,
+and the controller fences it once a direct probe also goes unanswered (the controller gives
+silence and probe half of ``broker.session.timeout.ms`` each). A fenced
 broker's next heartbeat unfences it. Invariant: a broker is in exactly one of live, suspect
 (timed out, probe pending) or fenced.
 """

@@ -131,7 +131,7 @@ class SimConfig:
     heartbeat_ms: int = 200  # also the period of each broker's timers
     session_timeout_ms: int = 1_000
     controller_tick_ms: int = 200  # how often the controller looks for silent brokers
-    probe_timeout_ms: int = 500  # PROBE_TIMEOUT_S
+    probe_timeout_ms: int = 500  # the controller probes for half a session
     preferred_leader_ms: int = 5_000
     lag_time_max_ms: int = 1_000
     fetch_timeout_ms: int = 5_500  # replica.fetch.wait.max.ms + 5 s
