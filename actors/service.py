@@ -137,7 +137,14 @@ def start_services(
         ).remote(data_root, disk, namespace)  # fmt: skip
         for disk in disks
     ]
-    ray.get([a.start.remote() for a in agents], timeout=timeout_s)
+    starts = [a.start.remote() for a in agents]
+    for disk, started in zip(disks, starts):
+        try:
+            ray.get(started, timeout=timeout_s)
+        except ray.exceptions.RayActorError as e:
+            # Its node died a moment ago (Ray still lists it for some seconds): the agent
+            # registers itself when the disk comes back.
+            log.warning("the node agent of disk %s did not start: %r", disk, e)
     ray.get(controller.reconcile.remote(), timeout=timeout_s)
     return controller
 
