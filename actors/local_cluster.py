@@ -21,6 +21,19 @@ from rafka.cluster.placement import RACK_LABEL
 CONTROLLER_DISK = "controller"
 
 
+def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.2):
+    """Poll ``predicate`` until it returns something true, and return that; TimeoutError
+    naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting {timeout_s:g} s for {what}")
+        time.sleep(interval)
+
+
 class LocalCluster:
     def __init__(
         self,

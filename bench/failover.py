@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rafka.actors.local_cluster import LocalCluster, wait_for
+
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "failover.json"
 DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data" / "failover"
 NAMESPACE = "rafka-bench-failover"
@@ -62,17 +64,6 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--failover-rounds", type=int, default=2,
                        help="throughput rounds, best kept (default 2)")  # fmt: skip
     group.add_argument("--failover-value-size", type=int, default=100, help="bytes per value")
-
-
-def _wait_for(predicate, timeout_s: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting {timeout_s:g} s for {what}")
-        time.sleep(interval)
 
 
 # -- throughput --------------------------------------------------------------------------------
@@ -135,7 +126,7 @@ def one_failover(local, cluster, topic: str, value: bytes, disk_of: dict[int, st
                                 request_timeout_ms=10_000, delivery_timeout_ms=120_000)  # fmt: skip
     sender = _Sender(producer, topic, value)
     sender.start()
-    _wait_for(lambda: sender.acks and time.monotonic() - sender.acks[0][0] > WARM_UP_S,
+    wait_for(lambda: sender.acks and time.monotonic() - sender.acks[0][0] > WARM_UP_S,
               30, "acknowledgements before the kill", 0.01)  # fmt: skip
 
     killed = time.monotonic()
@@ -174,7 +165,7 @@ def one_failover(local, cluster, topic: str, value: bytes, disk_of: dict[int, st
     # Back to the starting state: the node returns, rejoins the ISR and leads again.
     revived = time.monotonic()
     local.revive(victim)
-    _wait_for(lambda: len(admin.describe_topic(topic).partitions[0].isr) == len(before.replicas),
+    wait_for(lambda: len(admin.describe_topic(topic).partitions[0].isr) == len(before.replicas),
               120, f"{victim} to rejoin the ISR", 0.2)  # fmt: skip
     run["rejoin_s"] = time.monotonic() - revived
 
@@ -185,7 +176,7 @@ def one_failover(local, cluster, topic: str, value: bytes, disk_of: dict[int, st
         admin.elect_leaders(topic)  # an error result (not alive yet, say) is retried
         return False
 
-    _wait_for(preferred_leads, 60, "the preferred leader to lead again", 0.5)
+    wait_for(preferred_leads, 60, "the preferred leader to lead again", 0.5)
     run["preferred_back_s"] = time.monotonic() - revived
     return run
 
@@ -195,7 +186,6 @@ def one_failover(local, cluster, topic: str, value: bytes, disk_of: dict[int, st
 
 def run(args: argparse.Namespace) -> None:
     from bench.storage import environment
-    from rafka.actors.local_cluster import LocalCluster
 
     value = os.urandom(args.failover_value_size)
     disks = [f"d{i + 1}" for i in range(args.failover_disks)]
@@ -213,7 +203,7 @@ def run(args: argparse.Namespace) -> None:
         disk_of = {b.broker_id: b.disk for b in admin.brokers()}
         admin.create_topic("rf3", 1, 3, {"min.insync.replicas": 2})
         admin.create_topic("rf1", 1, 1)
-        _wait_for(lambda: len(admin.describe_topic("rf3").partitions[0].isr) == 3, 60, "rf3")
+        wait_for(lambda: len(admin.describe_topic("rf3").partitions[0].isr) == 3, 60, "rf3")
         rounds = []
         for i in range(args.failover_rounds):
             row = {
@@ -225,7 +215,7 @@ def run(args: argparse.Namespace) -> None:
             print(f"throughput round {i + 1}: " + json.dumps(row), file=sys.stderr)
 
         admin.create_topic("failover", 1, 3, {"min.insync.replicas": 2})
-        _wait_for(lambda: len(admin.describe_topic("failover").partitions[0].isr) == 3, 60,
+        wait_for(lambda: len(admin.describe_topic("failover").partitions[0].isr) == 3, 60,
                   "the failover topic")  # fmt: skip
         runs = []
         for i in range(args.failover_runs):

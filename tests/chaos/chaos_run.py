@@ -61,7 +61,7 @@ import traceback
 from typing import NamedTuple
 
 from rafka import TopicPartition, errors
-from rafka.actors.local_cluster import LocalCluster
+from rafka.actors.local_cluster import LocalCluster, wait_for
 
 TOPIC = "chaos"
 SETTINGS = {
@@ -356,17 +356,6 @@ class ProducerThread(threading.Thread):
 
 
 # -- reading back ------------------------------------------------------------------------------
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting {timeout_s} s for {what}")
-        time.sleep(0.25)
 
 
 def fully_replicated(admin) -> list | None:

@@ -24,7 +24,7 @@ import sys
 import time
 
 from rafka import TopicPartition
-from rafka.actors.local_cluster import LocalCluster
+from rafka.actors.local_cluster import LocalCluster, wait_for
 from rafka.errors import NotEnoughReplicas
 
 SETTINGS = {
@@ -32,17 +32,6 @@ SETTINGS = {
     "replica.lag.time.max.ms": 3000,
     "leader.imbalance.check.interval.seconds": 3,
 }
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting {timeout_s} s for {what}")
-        time.sleep(0.2)
 
 
 def read_all(cluster, topic: str, expected: int) -> list[bytes]:
