@@ -22,14 +22,15 @@ from typing import Any
 
 import ray
 
-from rafka.actors.placement import agent_name, disk_dir, replica_name
+from rafka.actors.placement import agent_name, coordinator_name, disk_dir, replica_name
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
 from rafka.cluster.liveness import BrokerLiveness
 from rafka.cluster.metadata import NO_LEADER, PartitionState, TopicState
 from rafka.cluster.metadata_log import MetadataLog
 from rafka.cluster.settings import setting
-from rafka.cluster.topics import is_internal
+from rafka.cluster.offsets_records import coordinator_shard
+from rafka.cluster.topics import CONSUMER_OFFSETS, is_internal
 from rafka.errors import (
     BrokerNotAvailable,
     ElectionNotNeeded,
@@ -610,6 +611,70 @@ class Controller:
             producer_id = self._producer_ids[0]
             self._producer_ids = self._producer_ids[1:]
             return producer_id, 0
+
+    # -- group coordinators --------------------------------------------------------------------
+
+    async def group_coordinator(self, group_id: str) -> dict[str, Any]:
+        """Where ``group_id`` is served (Kafka's FindCoordinator): {"shard", "name", "shards"}.
+        The first call creates ``__consumer_offsets`` and each shard's coordinator actor
+        is started on first use."""
+        shards = await self._offsets_topic()
+        shard = coordinator_shard(group_id, shards)
+        await self._coordinator(shard)
+        return {"shard": shard, "name": coordinator_name(shard), "shards": shards}
+
+    async def group_coordinators(self) -> list[str]:
+        """The names of every coordinator shard (started if need be), for listing groups."""
+        shards = await self._offsets_topic()
+        await asyncio.gather(*(self._coordinator(k) for k in range(shards)))
+        return [coordinator_name(k) for k in range(shards)]
+
+    async def _offsets_topic(self) -> int:
+        """The partition count of __consumer_offsets, creating the topic on first use with
+        as many copies as ``offsets.topic.replication.factor`` and the live brokers allow."""
+        if CONSUMER_OFFSETS in self.image.topic_ids:
+            return len(self.image.topic(CONSUMER_OFFSETS).partitions)
+        partitions = setting(self.settings, "offsets.topic.num.partitions")
+        wanted = setting(self.settings, "offsets.topic.replication.factor")
+        copies = max(1, min(wanted, len(self._live_brokers())))
+        if copies < wanted:
+            log.warning(
+                "%s gets %d copies, not offsets.topic.replication.factor=%d: only %d live "
+                "broker(s)", CONSUMER_OFFSETS, copies, wanted, copies,
+            )  # fmt: skip
+        # Kafka's own settings for the offsets topic: compacted, 100 MiB segments.
+        config = {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024}
+        try:
+            await self.create_topic(CONSUMER_OFFSETS, partitions, copies, config, internal=True)
+        except TopicAlreadyExists:  # a concurrent first use created it
+            pass
+        return len(self.image.topic(CONSUMER_OFFSETS).partitions)
+
+    async def _coordinator(self, shard: int):
+        from rafka.actors.group_coordinator import GroupCoordinator
+
+        handle = ray.remote(GroupCoordinator).options(
+            name=coordinator_name(shard), namespace=self.namespace, get_if_exists=True,
+            lifetime="detached", max_restarts=-1, max_task_retries=0, max_concurrency=1000,
+            num_cpus=0,
+        ).remote(self.namespace, shard, self.settings)  # fmt: skip
+        await handle.ready.remote()
+        return handle
+
+    async def stop_coordinators(self) -> int:
+        """Stop the group coordinator actors (``rafka down``); their state is in
+        __consumer_offsets."""
+        if CONSUMER_OFFSETS not in self.image.topic_ids:
+            return 0
+        stopped = 0
+        for shard in range(len(self.image.topic(CONSUMER_OFFSETS).partitions)):
+            try:
+                handle = ray.get_actor(coordinator_name(shard), namespace=self.namespace)
+            except ValueError:
+                continue
+            ray.kill(handle, no_restart=True)
+            stopped += 1
+        return stopped
 
     # -- status and shutdown -------------------------------------------------------------------
 

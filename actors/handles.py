@@ -112,6 +112,31 @@ class Gateway:
         with self._lock:
             self._replicas.pop(replica_name(topic_id, partition, broker_id), None)
 
+    # -- group coordinators --------------------------------------------------------------------
+
+    def group_coordinator(self, group_id: str):
+        """The coordinator actor serving ``group_id`` (Kafka's FindCoordinator); started
+        with __consumer_offsets on first use."""
+        name = self.call_controller("group_coordinator", group_id)["name"]
+        return self._named(name, "group coordinator")
+
+    def group_coordinators(self) -> list:
+        """Every coordinator shard's actor (for listing groups)."""
+        return [self._named(n, "group coordinator") for n in self.call_controller(
+            "group_coordinators"
+        )]  # fmt: skip
+
+    def _named(self, name: str, what: str):
+        try:
+            return ray.get_actor(name, namespace=self.namespace)
+        except ValueError:
+            raise BrokerNotAvailable(f"{what} {name} is not running; retry") from None
+
+    @staticmethod
+    def send(handle, method: str, *args):
+        """Call ``method`` of an actor; returns the object ref of its answer."""
+        return getattr(handle, method).remote(*args)
+
     @staticmethod
     def produce(replica, batch, acks: int, timeout_ms: int, client_id: str, request_no: int):
         return replica.produce.remote(as_array(batch), acks, timeout_ms, client_id, request_no)

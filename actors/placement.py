@@ -75,6 +75,11 @@ def replica_name(topic_id: str, partition: int, broker_id: int) -> str:
     return f"rafka-replica-{topic_id}-{partition}-b{broker_id}"
 
 
+def coordinator_name(shard: int) -> str:
+    """Actor name of the group coordinator serving partition ``shard`` of __consumer_offsets."""
+    return f"rafka-group-coordinator-{shard}"
+
+
 def pinned_to_disk(disk: str, resource: str = DISK_RESOURCE) -> dict[str, Any]:
     """Ray actor options that pin an actor to ``disk`` (a node labelled with it that offers
     ``resource``) and restart it there forever."""

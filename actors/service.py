@@ -153,8 +153,9 @@ def stop_services(namespace: str, timeout_s: float = 120.0) -> dict[str, int]:
     """Close every replica cleanly, then stop replicas, agents and the controller. Data stays
     on disk; ``start_services`` brings it all back."""
     controller = find_controller(namespace)
-    stopped = {"replicas": 0, "agents": 0, "controller": 0}
+    stopped = {"replicas": 0, "agents": 0, "controller": 0, "coordinators": 0}
     if controller is not None:
+        stopped["coordinators"] = ray.get(controller.stop_coordinators.remote(), timeout=timeout_s)
         stopped["replicas"] = ray.get(controller.stop_replicas.remote(), timeout=timeout_s)
     for disk in live_disks():
         try:

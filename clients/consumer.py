@@ -1,4 +1,7 @@
-"""Consumer (manual assignment): long-poll fetches, prefetched, decoded on the client.
+"""Consumer: long-poll fetches, prefetched, decoded on the client.
+
+Partitions come from ``assign`` or, with a ``group_id`` and ``subscribe``, from the consumer
+group (``rafka.clients.consumer_groups_api``, which also holds commit and committed).
 
 Each assigned partition keeps one fetch in flight to its leader replica. When an answer
 arrives the next fetch (from the offset after the last batch received) is sent at once, so the
@@ -21,6 +24,8 @@ import time
 from itertools import repeat
 from typing import Any, Callable, Iterable
 
+from rafka.clients.assignors import DEFAULT_STRATEGY
+from rafka.clients.consumer_groups_api import GroupConsumerMixin
 from rafka.clients.metadata import RECHECK_INTERVAL_S, SUSPECT_AFTER_S
 from rafka.clients.serializers import resolve
 from rafka.errors import (
@@ -69,8 +74,9 @@ class _Partition:
         self.generation += 1
 
 
-class Consumer:
-    """Not thread-safe (as Kafka's consumer): use it from one thread."""
+class Consumer(GroupConsumerMixin):
+    """Not thread-safe (as Kafka's consumer): use it from one thread. The group settings
+    (``group_id`` ... ``metadata_max_age_ms``) have Kafka's names and defaults."""
 
     def __init__(
         self,
@@ -86,6 +92,16 @@ class Consumer:
         max_poll_records: int = 500,
         check_crcs: bool = True,
         request_timeout_ms: int = 30_000,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        client_id: str = "rafka-consumer",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        partition_assignment_strategy: Any = DEFAULT_STRATEGY,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
         if auto_offset_reset not in _RESETS:
             raise InvalidConfig(
@@ -112,12 +128,22 @@ class Consumer:
         self.request_timeout_s = request_timeout_ms / 1000
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._closed = False
+        self._init_group(
+            group_id, group_instance_id, client_id, enable_auto_commit, auto_commit_interval_ms,
+            session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
+            partition_assignment_strategy, metadata_max_age_ms,
+        )  # fmt: skip
 
     # -- assignment ----------------------------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (replacing any earlier assignment)."""
         self._check_open()
+        if self._member is not None:
+            raise IllegalState(
+                "this consumer subscribed to topics; assign() and subscribe() are mutually "
+                "exclusive: unsubscribe() first"
+            )
         wanted = [TopicPartition(*tp) for tp in partitions]
         for tp in wanted:
             meta = self._metadata.topic(tp.topic)
@@ -129,6 +155,14 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
+
+    def _add_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._partitions.setdefault(tp, _Partition(tp))
+
+    def _remove_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._partitions.pop(tp, None)
 
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -164,7 +198,7 @@ class Consumer:
         """Offset of the next record ``poll`` will return for ``partition``."""
         state = self._state(partition)
         if state.position is None:
-            self._reset(state)
+            self._resolve_positions()
         return state.position
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -228,6 +262,7 @@ class Consumer:
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            self._group_poll()
             self._send_fetches()
             out: list[Record] = []
             for state in self._partitions.values():
@@ -247,6 +282,7 @@ class Consumer:
 
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            self._group_poll()
             self._send_fetches()
             parts: list = []
             taken = 0
@@ -360,6 +396,7 @@ class Consumer:
     # -- fetching ------------------------------------------------------------------------------
 
     def _send_fetches(self) -> None:
+        self._resolve_positions()
         now = time.monotonic()
         for state in self._partitions.values():
             if state.paused or state.in_flight is not None or state.retry_at > now:
@@ -407,6 +444,9 @@ class Consumer:
         """Wait (until ``deadline``) for fetch answers and buffer them; False on timeout."""
         self._abandon_stalled()
         pending = {s.in_flight[0]: s for s in self._partitions.values() if s.in_flight}
+        joining = self._member.pending_ref() if self._member is not None else None
+        if joining is not None:  # a join or sync answer wakes the poll too
+            pending[joining] = None
         if not pending:
             remaining = deadline - time.monotonic()
             if remaining > 0:
@@ -420,6 +460,8 @@ class Consumer:
             ready += more
         for ref in ready:
             state = pending[ref]
+            if state is None:
+                continue  # the member's answer: its poll() takes it
             generation = state.in_flight[1]
             state.in_flight = None
             try:
@@ -467,8 +509,14 @@ class Consumer:
             raise IllegalState("the consumer is closed; create a new one")
 
     def close(self) -> None:
-        self._closed = True
-        self._partitions = {}
+        """Leave the group (committing what was consumed, with auto-commit) and stop."""
+        if self._closed:
+            return
+        try:
+            self._close_group()
+        finally:
+            self._closed = True
+            self._partitions = {}
 
     def __enter__(self) -> "Consumer":
         return self

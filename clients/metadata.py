@@ -71,6 +71,37 @@ class MetadataCache:
             out[name] = meta
         return out
 
+    def partition_counts(self, names: list[str], refresh: bool = False) -> dict[str, int]:
+        """Partition counts of the topics of ``names`` that exist (missing ones are left
+        out: a subscription may name topics not created yet); ``refresh`` asks the
+        controller even for cached topics."""
+        if not names:
+            return {}
+        counts = {}
+        wanted = list(names) if refresh else [n for n in names if n not in self._topics]
+        if wanted:
+            answer = self.gateway.call_controller("metadata", wanted, False)
+            for name in wanted:
+                described = answer[name]
+                if not isinstance(described, dict):
+                    with self._lock:
+                        self._topics.pop(name, None)
+                else:
+                    with self._lock:
+                        self._topics[name] = TopicMetadata(name, described["topic_id"], [
+                            PartitionLeader(p["leader"], p["leader_epoch"])
+                            for p in described["partitions"]
+                        ])  # fmt: skip
+        for name in names:
+            meta = self._topics.get(name)
+            if meta is not None:
+                counts[name] = len(meta)
+        return counts
+
+    def topic_names(self) -> list[str]:
+        """Every topic the cluster has (internal ones left out)."""
+        return self.gateway.call_controller("list_topics", False)
+
     def invalidate(self, name: str) -> None:
         """Forget ``name`` and its replicas' handles: the next use asks the controller again
         (a restarted replica actor needs a fresh handle)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from rafka.cluster.group import GroupConfig
 from rafka.cluster.liveness import BROKER_HEARTBEAT_INTERVAL_MS, BROKER_SESSION_TIMEOUT_MS
 from rafka.cluster.replication import REPLICA_LAG_TIME_MAX_MS
 from rafka.errors import InvalidConfig
@@ -32,7 +33,36 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
     # call per replica, so rafka checks every 30 s.
     "leader.imbalance.check.interval.seconds": (30, int, 1,
                                                 "how often preferred leaders are restored"),
+    # Consumer groups. Kafka creates 50 offsets partitions; each partition here is a replica
+    # actor per copy plus one coordinator actor (about 57 MiB each), so rafka starts with 4.
+    "offsets.topic.num.partitions": (4, int, 1,
+                                     "partitions of __consumer_offsets = coordinator shards"),
+    "offsets.topic.replication.factor": (3, int, 1,
+                                         "copies of __consumer_offsets (at most the brokers)"),
+    "offsets.commit.timeout.ms": (5_000, int, 1,
+                                  "how long a commit waits for __consumer_offsets"),
+    "offsets.retention.minutes": (10_080, int, 1,
+                                  "offsets of a group empty this long are deleted"),
+    "offset.metadata.max.bytes": (4096, int, 0, "longest metadata string of a commit"),
+    "group.initial.rebalance.delay.ms": (3_000, int, 0,
+                                         "wait for more members before a new group's first "
+                                         "rebalance"),
+    "group.min.session.timeout.ms": (6_000, int, 1, "shortest session_timeout_ms allowed"),
+    "group.max.session.timeout.ms": (1_800_000, int, 1, "longest session_timeout_ms allowed"),
+    "group.max.size": (2**31 - 1, int, 1, "most members a group may have"),
 }  # fmt: skip
+
+
+def group_config(settings: Mapping[str, Any]) -> GroupConfig:
+    """The group coordinator's limits from the cluster settings."""
+    return GroupConfig(
+        min_session_timeout_ms=setting(settings, "group.min.session.timeout.ms"),
+        max_session_timeout_ms=setting(settings, "group.max.session.timeout.ms"),
+        initial_rebalance_delay_ms=setting(settings, "group.initial.rebalance.delay.ms"),
+        max_size=setting(settings, "group.max.size"),
+        offset_metadata_max_bytes=setting(settings, "offset.metadata.max.bytes"),
+        offsets_retention_ms=setting(settings, "offsets.retention.minutes") * 60_000,
+    )
 
 
 def validate_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:

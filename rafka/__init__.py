@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from rafka import errors
 from rafka.errors import RafkaError
-from rafka.types import OffsetAndTimestamp, Record, RecordMetadata, TopicPartition
+from rafka.types import (
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    Record,
+    RecordMetadata,
+    TopicPartition,
+)
 
 if TYPE_CHECKING:
     from rafka.connection import Cluster
@@ -30,10 +36,14 @@ def __getattr__(name: str) -> Any:
         from rafka.connection import Cluster
 
         return Cluster
+    if name == "ConsumerRebalanceListener":
+        from rafka.clients.consumer_group import ConsumerRebalanceListener
+
+        return ConsumerRebalanceListener
     raise AttributeError(f"module 'rafka' has no attribute {name!r}")
 
 
 __all__ = [
     "connect", "Cluster", "errors", "RafkaError", "TopicPartition", "Record", "RecordMetadata",
-    "OffsetAndTimestamp", "__version__",
+    "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerRebalanceListener", "__version__",
 ]  # fmt: skip

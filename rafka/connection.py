@@ -61,7 +61,9 @@ class Cluster:
         return Producer(self.gateway, MetadataCache(self.gateway), **settings)
 
     def consumer(self, **settings: Any) -> Consumer:
-        """A Consumer with manual assignment (``assign``)."""
+        """A Consumer: ``assign`` partitions, or give ``group_id`` and ``subscribe`` to
+        share topics with the other members of a consumer group (Kafka's settings, see
+        ``rafka.clients.consumer.Consumer``)."""
         return Consumer(self.gateway, MetadataCache(self.gateway), **settings)
 
     def status(self) -> dict[str, Any]:

@@ -246,6 +246,102 @@ class PreferredLeaderNotAvailable(RafkaError):
     retriable = True
 
 
+# -- consumer groups ---------------------------------------------------------------------------
+
+
+class OffsetMetadataTooLarge(RafkaError):
+    """The metadata string of an offset commit is longer than offset.metadata.max.bytes."""
+
+    errno = 12
+
+
+class CoordinatorLoadInProgress(RafkaError):
+    """The group coordinator is still reading its groups back from __consumer_offsets."""
+
+    errno = 14
+    retriable = True
+
+
+class CoordinatorNotAvailable(RafkaError):
+    """The group coordinator cannot be reached, or the group is being removed. Retry."""
+
+    errno = 15
+    retriable = True
+
+
+class NotCoordinator(RafkaError):
+    """The request went to a coordinator that does not own the group. Find it again."""
+
+    errno = 16
+    retriable = True
+
+
+class IllegalGeneration(RafkaError):
+    """A heartbeat, sync or commit came from an older generation of the group: the member
+    missed a rebalance and must rejoin."""
+
+    errno = 22
+
+
+class InconsistentGroupProtocol(RafkaError):
+    """The member's protocol type or assignors share nothing with the group's members."""
+
+    errno = 23
+
+
+class InvalidGroupId(RafkaError):
+    """The group id is empty or not a string."""
+
+    errno = 24
+
+
+class UnknownMemberId(RafkaError):
+    """The group does not know this member id (its session expired or it left): rejoin."""
+
+    errno = 25
+
+
+class InvalidSessionTimeout(RafkaError):
+    """session_timeout_ms is outside the cluster's group.min/max.session.timeout.ms."""
+
+    errno = 26
+
+
+class RebalanceInProgress(RafkaError):
+    """The group is rebalancing: the member must rejoin before it can sync or commit."""
+
+    errno = 27
+
+
+class NonEmptyGroup(RafkaError):
+    """The group has active members, so it cannot be deleted or have its offsets reset."""
+
+    errno = 68
+
+
+class GroupIdNotFound(RafkaError):
+    """No group with this id exists (it has no members and no committed offsets)."""
+
+    errno = 69
+
+
+class GroupMaxSizeReached(RafkaError):
+    """The group already has group.max.size members."""
+
+    errno = 81
+
+
+class FencedInstanceId(RafkaError):
+    """Another consumer joined with the same group_instance_id, replacing this one."""
+
+    errno = 82
+
+
+class CommitFailed(RafkaError):
+    """An offset commit was refused and cannot be retried as it is: the member was removed
+    from the group or the partition is not assigned to it (Kafka's CommitFailedException)."""
+
+
 _BY_ERRNO: dict[int, type[RafkaError]] = {}
 
 
@@ -303,5 +399,20 @@ __all__ = [
     "ElectionNotNeeded",
     "PreferredLeaderNotAvailable",
     "EligibleLeadersNotAvailable",
+    "OffsetMetadataTooLarge",
+    "CoordinatorLoadInProgress",
+    "CoordinatorNotAvailable",
+    "NotCoordinator",
+    "IllegalGeneration",
+    "InconsistentGroupProtocol",
+    "InvalidGroupId",
+    "UnknownMemberId",
+    "InvalidSessionTimeout",
+    "RebalanceInProgress",
+    "NonEmptyGroup",
+    "GroupIdNotFound",
+    "GroupMaxSizeReached",
+    "FencedInstanceId",
+    "CommitFailed",
     "error_class",
 ]

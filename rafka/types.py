@@ -107,3 +107,66 @@ class ElectionResult(NamedTuple):
     partition: int
     leader: int
     error: RafkaError | None
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: ``offset`` is the next record the group will read; ``metadata``
+    is the caller's string stored with it; ``leader_epoch`` is -1 when unknown."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+class GroupListing(NamedTuple):
+    """One consumer group as ``Admin.list_groups`` sees it. ``state`` is Kafka's: Empty,
+    PreparingRebalance, CompletingRebalance or Stable."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    members: int
+
+
+class MemberDescription(NamedTuple):
+    """A member of a group: its member id, its static ``group_instance_id`` (None when
+    dynamic), the client's id and host, and the partitions assigned to it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: list  # of TopicPartition
+
+
+class GroupPartitionOffsets(NamedTuple):
+    """Progress of a group on one partition: the committed offset (None when it has none),
+    the partition's log end offset (its high watermark), the lag between them (None without
+    a commit), and the member that owns the partition now (None when unassigned)."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    log_end_offset: int
+    lag: int | None
+    member_id: str | None
+    metadata: str = ""
+
+
+class GroupDescription(NamedTuple):
+    """A consumer group (``Admin.describe_group``): its state, protocol (the assignor in
+    use), generation, leader, members and, per partition it has committed or owns, its
+    offsets and lag."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation: int
+    leader: str | None
+    members: list  # of MemberDescription
+    offsets: list  # of GroupPartitionOffsets, sorted by topic and partition
+
+    @property
+    def total_lag(self) -> int:
+        return sum(o.lag or 0 for o in self.offsets)

@@ -13,6 +13,13 @@ import uuid
 import pytest
 
 NAMESPACE = "rafka-tests"
+#: Group timings short enough for tests (Kafka's test brokers shorten them the same way);
+#: two coordinator shards, so groups of one test session meet more than one coordinator.
+GROUP_SETTINGS = {
+    "group.initial.rebalance.delay.ms": 300,
+    "group.min.session.timeout.ms": 500,
+    "offsets.topic.num.partitions": 2,
+}
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +51,7 @@ def data_dir(tmp_path_factory):
 def cluster(ray_session, data_dir):
     import rafka
 
-    c = rafka.connect(data_dir=data_dir, namespace=NAMESPACE)
+    c = rafka.connect(data_dir=data_dir, namespace=NAMESPACE, settings=GROUP_SETTINGS)
     yield c
     c.shutdown()
 

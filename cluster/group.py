@@ -1,0 +1,718 @@
+"""One consumer group as a state machine: membership, generations, rebalances, offsets.
+
+This is Kafka's classic group protocol (join, sync, heartbeat, leave) as plain Python, with
+the clock passed in as ``now`` (ms) and no I/O. The coordinator actor owns one ``Group`` per
+group id and does what the machine asks through ``Effects``: deliver replies to members
+whose join or sync call is waiting, and write the group's metadata record to
+``__consumer_offsets`` before the replies that depend on it.
+
+States (Kafka's names), what each does and where it moves:
+
+    Empty                no members; offsets may be kept.        -> PreparingRebalance, Dead
+    PreparingRebalance   waiting for every member to (re)join,   -> CompletingRebalance,
+                         until the rebalance timeout                 Empty, Dead
+    CompletingRebalance  joined; waiting for the leader's        -> Stable, PreparingRebalance,
+                         assignment (sync)                           Dead
+    Stable               assignment handed out; heartbeats       -> PreparingRebalance, Dead
+    Dead                 deleted (or expired); never used again
+
+Invariants: ``generation`` grows by one with every completed join; a member's heartbeat,
+sync or commit names the generation it joined, and an older one is refused; every
+partition of an assignment belongs to at most one member (the leader's assignor ensures
+it); a static member (``group_instance_id``) keeps its place and assignment across restarts
+of its process while it comes back within its session timeout.
+
+Not thread-safe: the actor calls it from one event loop, never awaiting in the middle of a
+call, so every call is atomic.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, NamedTuple
+
+from rafka.cluster.consumer_protocol import PROTOCOL_TYPE, decode_assignment
+from rafka.errors import (
+    CommitFailed,
+    CoordinatorNotAvailable,
+    FencedInstanceId,
+    GroupMaxSizeReached,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidGroupId,
+    InvalidSessionTimeout,
+    NonEmptyGroup,
+    OffsetMetadataTooLarge,
+    RafkaError,
+    RebalanceInProgress,
+    UnknownMemberId,
+)
+
+log = logging.getLogger(__name__)
+
+NO_GENERATION = -1
+JOIN = "join"
+SYNC = "sync"
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+_VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE}
+    ),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.DEAD: frozenset(set(GroupState)),
+}
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """The coordinator's limits, under Kafka's broker property names (see settings)."""
+
+    min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
+    max_size: int = 2**31 - 1  # group.max.size
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+
+
+class CommittedOffset(NamedTuple):
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_ms: int
+
+
+class JoinResult(NamedTuple):
+    """A join's answer. The leader gets every member's (id, instance id, subscription) in
+    ``members`` and runs the assignor, unless ``skip_assignment`` (a static leader that
+    came back into a stable group: the assignment stands)."""
+
+    member_id: str
+    generation: int
+    protocol: str | None
+    leader_id: str | None
+    members: list
+    skip_assignment: bool = False
+    error: RafkaError | None = None
+
+
+class SyncResult(NamedTuple):
+    protocol: str | None
+    assignment: bytes
+    error: RafkaError | None = None
+
+
+@dataclass
+class Effects:
+    """What the actor must do after a call: deliver ``replies`` to waiting calls, keyed by
+    (member id, JOIN or SYNC); with ``persist``, write the group's metadata record and then
+    call ``persisted`` (or ``persist_failed``) with the generation written."""
+
+    replies: dict[tuple[str, str], JoinResult | SyncResult] = field(default_factory=dict)
+    persist: bool = False
+
+    def merge(self, other: "Effects") -> "Effects":
+        self.replies.update(other.replies)
+        self.persist = self.persist or other.persist
+        return self
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list  # [(assignor name, subscription bytes)], in preference order
+    assignment: bytes = b""
+    heartbeat_deadline_ms: int = 0
+    awaiting_join: bool = False
+    awaiting_sync: bool = False
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, data in self.protocols:
+            if name == protocol:
+                return data
+        raise KeyError(protocol)
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+
+class Group:
+    """One group; see the module docstring for its states."""
+
+    def __init__(self, group_id: str, config: GroupConfig, now: int) -> None:
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidGroupId(f"group id must be a non-empty string, got {group_id!r}")
+        self.group_id = group_id
+        self.config = config
+        self.state = GroupState.EMPTY
+        self.state_changed_ms = now
+        self.generation = 0
+        self.protocol_type: str | None = None
+        self.protocol: str | None = None
+        self.leader_id: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}  # group_instance_id -> member id
+        self.offsets: dict[tuple[str, int], CommittedOffset] = {}
+        self._rebalance_deadline_ms = 0
+        self._initial_delay_until_ms = 0
+        self._sync_deadline_ms = 0
+
+    # -- states --------------------------------------------------------------------------------
+
+    def _transition(self, to: GroupState, now: int) -> None:
+        if self.state not in _VALID_PREVIOUS[to]:
+            raise AssertionError(f"group {self.group_id}: {self.state.value} -> {to.value}")
+        log.debug("group %s: %s -> %s", self.group_id, self.state.value, to.value)
+        self.state = to
+        self.state_changed_ms = now
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.members
+
+    # -- join ----------------------------------------------------------------------------------
+
+    def join(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        protocol_type: str,
+        protocols: list,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        now: int,
+    ) -> tuple[str, Effects]:
+        """A member joins or rejoins. Returns its member id (new ones get one here) and the
+        effects; the caller's own answer is in the replies under (member id, JOIN), now or
+        when the rebalance completes."""
+        self._check_join(protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms)
+        protocols = [(str(n), bytes(d)) for n, d in protocols]
+        if not member_id:
+            if group_instance_id is not None and group_instance_id in self.static_members:
+                return self._replace_static(
+                    group_instance_id, client_id, client_host, protocols, session_timeout_ms,
+                    rebalance_timeout_ms, now,
+                )  # fmt: skip
+            if len(self.members) >= self.config.max_size:
+                raise GroupMaxSizeReached(
+                    f"group {self.group_id} has {len(self.members)} members, the most "
+                    f"group.max.size={self.config.max_size} allows"
+                )
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            member = Member(
+                member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                rebalance_timeout_ms, protocols,
+            )  # fmt: skip
+            self.members[member_id] = member
+            if group_instance_id is not None:
+                self.static_members[group_instance_id] = member_id
+            if self.protocol_type is None:
+                self.protocol_type = protocol_type
+            member.awaiting_join = True
+            member.heartbeat_deadline_ms = now + session_timeout_ms
+            effects = self._prepare_rebalance(now, f"{member_id} joined")
+            return member_id, effects.merge(self._maybe_complete_join(now))
+        member = self._member(member_id, group_instance_id)
+        changed = member.protocols != protocols
+        member.protocols = protocols
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.heartbeat_deadline_ms = now + session_timeout_ms
+        if self.state == GroupState.PREPARING_REBALANCE:
+            member.awaiting_join = True
+            return member_id, self._maybe_complete_join(now)
+        if self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) and not changed and (
+            self.state == GroupState.COMPLETING_REBALANCE or member_id != self.leader_id
+        ):
+            # The member lost the answer, or rejoins with nothing new: it is in this
+            # generation already (Kafka answers with the current generation).
+            effects = Effects()
+            effects.replies[(member_id, JOIN)] = self._join_result(member_id)
+            return member_id, effects
+        member.awaiting_join = True
+        effects = self._prepare_rebalance(now, f"{member_id} rejoined with a new subscription")
+        return member_id, effects.merge(self._maybe_complete_join(now))
+
+    def _check_join(
+        self, protocol_type: str, protocols: list, session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> None:  # fmt: skip
+        if self.state == GroupState.DEAD:
+            raise CoordinatorNotAvailable(f"group {self.group_id} is being removed; retry")
+        low, high = self.config.min_session_timeout_ms, self.config.max_session_timeout_ms
+        if not low <= session_timeout_ms <= high:
+            raise InvalidSessionTimeout(
+                f"session_timeout_ms={session_timeout_ms} is outside the cluster's "
+                f"group.min.session.timeout.ms={low} .. group.max.session.timeout.ms={high}"
+            )
+        if rebalance_timeout_ms < 1:
+            raise InvalidSessionTimeout(f"rebalance timeout {rebalance_timeout_ms} ms must be > 0")
+        if not protocols or not protocol_type:
+            raise InconsistentGroupProtocol(
+                "a join must name a protocol type and at least one assignor"
+            )
+        if self.members:
+            if protocol_type != self.protocol_type:
+                raise InconsistentGroupProtocol(
+                    f"group {self.group_id} uses protocol type {self.protocol_type!r}, not "
+                    f"{protocol_type!r}"
+                )
+            names = {str(n) for n, _ in protocols}
+            if not names & self._common_protocols():
+                raise InconsistentGroupProtocol(
+                    f"group {self.group_id}'s members use assignors "
+                    f"{sorted(self._common_protocols())}; this member offers {sorted(names)}. "
+                    "Give it a partition_assignment_strategy the others have too"
+                )
+
+    def _common_protocols(self) -> set[str]:
+        common: set[str] | None = None
+        for member in self.members.values():
+            names = set(member.protocol_names())
+            common = names if common is None else common & names
+        return common or set()
+
+    def _replace_static(
+        self, instance_id: str, client_id: str, client_host: str, protocols: list,
+        session_timeout_ms: int, rebalance_timeout_ms: int, now: int,
+    ) -> tuple[str, Effects]:  # fmt: skip
+        """A static member's process came back (with no member id): it takes the old
+        member's place and, in a stable group with an unchanged subscription, its assignment,
+        without a rebalance. The old member id is fenced."""
+        old_id = self.static_members[instance_id]
+        old = self.members.pop(old_id)
+        effects = Effects()
+        fenced = FencedInstanceId(
+            f"group_instance_id {instance_id!r} was taken over by a newer member of group "
+            f"{self.group_id}"
+        )
+        if old.awaiting_join:
+            effects.replies[(old_id, JOIN)] = self._error_join(old_id, fenced)
+        if old.awaiting_sync:
+            effects.replies[(old_id, SYNC)] = SyncResult(None, b"", fenced)
+        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        member = Member(
+            new_id, instance_id, client_id, client_host, session_timeout_ms,
+            rebalance_timeout_ms, protocols, assignment=old.assignment,
+            heartbeat_deadline_ms=now + session_timeout_ms,
+        )  # fmt: skip
+        self.members[new_id] = member
+        self.static_members[instance_id] = new_id
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        same = self.protocol is not None and self.protocol in member.protocol_names() and (
+            member.metadata(self.protocol) == old.metadata(self.protocol)
+            if self.protocol in old.protocol_names() else False
+        )  # fmt: skip
+        if self.state == GroupState.STABLE and same:
+            result = self._join_result(new_id)._replace(
+                members=[], skip_assignment=new_id == self.leader_id
+            )
+            effects.replies[(new_id, JOIN)] = result
+            effects.persist = True
+            return new_id, effects
+        member.awaiting_join = True
+        effects.merge(self._prepare_rebalance(now, f"static member {instance_id} came back"))
+        return new_id, effects.merge(self._maybe_complete_join(now))
+
+    def _prepare_rebalance(self, now: int, reason: str) -> Effects:
+        effects = Effects()
+        if self.state == GroupState.PREPARING_REBALANCE:
+            if now < self._initial_delay_until_ms:  # each new member extends the delay
+                self._initial_delay_until_ms = min(
+                    now + self.config.initial_rebalance_delay_ms, self._rebalance_deadline_ms
+                )
+            return effects
+        if self.state == GroupState.COMPLETING_REBALANCE:
+            for member in self.members.values():
+                if member.awaiting_sync:
+                    member.awaiting_sync = False
+                    effects.replies[(member.member_id, SYNC)] = SyncResult(
+                        None, b"", RebalanceInProgress(
+                            f"group {self.group_id} is rebalancing again ({reason}); rejoin"
+                        ),
+                    )  # fmt: skip
+        was_empty = self.state == GroupState.EMPTY
+        log.info("group %s: preparing to rebalance: %s", self.group_id, reason)
+        self._transition(GroupState.PREPARING_REBALANCE, now)
+        timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        self._rebalance_deadline_ms = now + timeout
+        self._initial_delay_until_ms = (
+            min(now + self.config.initial_rebalance_delay_ms, self._rebalance_deadline_ms)
+            if was_empty else 0
+        )  # fmt: skip
+        return effects
+
+    def _maybe_complete_join(self, now: int) -> Effects:
+        if self.state != GroupState.PREPARING_REBALANCE or now < self._initial_delay_until_ms:
+            return Effects()
+        if all(m.awaiting_join for m in self.members.values()):
+            return self._complete_join(now)
+        return Effects()
+
+    def _complete_join(self, now: int) -> Effects:
+        """End the join phase: members that did not rejoin are out, the generation grows,
+        and every joined member gets its answer (the leader with the subscriptions)."""
+        effects = Effects()
+        for member in [m for m in self.members.values() if not m.awaiting_join]:
+            log.info("group %s: %s did not rejoin in time", self.group_id, member.member_id)
+            self._remove(member.member_id)
+        self.generation += 1
+        if not self.members:
+            self.protocol = self.leader_id = None
+            self.protocol_type = None
+            self._transition(GroupState.EMPTY, now)
+            effects.persist = True
+            return effects
+        self.protocol = self._select_protocol()
+        if self.leader_id not in self.members:
+            self.leader_id = next(iter(self.members))
+        self._transition(GroupState.COMPLETING_REBALANCE, now)
+        self._sync_deadline_ms = now + max(m.rebalance_timeout_ms for m in self.members.values())
+        for member in self.members.values():
+            member.awaiting_join = False
+            member.assignment = b""
+            member.heartbeat_deadline_ms = now + member.session_timeout_ms
+            effects.replies[(member.member_id, JOIN)] = self._join_result(member.member_id)
+        log.info(
+            "group %s: generation %d with %d members, leader %s, assignor %s",
+            self.group_id, self.generation, len(self.members), self.leader_id, self.protocol,
+        )  # fmt: skip
+        return effects
+
+    def _select_protocol(self) -> str:
+        """The assignor every member supports that most members prefer (Kafka's vote); a
+        tie goes to the one the leader (or first member) prefers."""
+        common = self._common_protocols()
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            choice = next(n for n in member.protocol_names() if n in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        first = self.members.get(self.leader_id) or next(iter(self.members.values()))
+        order = [n for n in first.protocol_names() if n in votes]
+        return max(order, key=lambda n: (votes[n], -order.index(n)))
+
+    def _join_result(self, member_id: str) -> JoinResult:
+        members = []
+        if member_id == self.leader_id:
+            members = [
+                (m.member_id, m.group_instance_id, m.metadata(self.protocol))
+                for m in self.members.values()
+            ]
+        return JoinResult(member_id, self.generation, self.protocol, self.leader_id, members)
+
+    def _error_join(self, member_id: str, error: RafkaError) -> JoinResult:
+        return JoinResult(member_id, NO_GENERATION, None, None, [], error=error)
+
+    # -- sync ----------------------------------------------------------------------------------
+
+    def sync(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        generation: int,
+        assignments: dict[str, bytes] | None,
+        now: int,
+    ) -> Effects:
+        """A member asks for its assignment of ``generation``; the leader brings everyone's
+        (``assignments``). The answer is under (member id, SYNC): at once in a stable group,
+        else once the leader's assignment has been written."""
+        member = self._member(member_id, group_instance_id)
+        self._check_generation(generation, member_id)
+        if self.state == GroupState.PREPARING_REBALANCE:
+            raise RebalanceInProgress(f"group {self.group_id} is rebalancing; rejoin first")
+        effects = Effects()
+        member.heartbeat_deadline_ms = now + member.session_timeout_ms
+        if self.state == GroupState.STABLE:
+            effects.replies[(member_id, SYNC)] = SyncResult(self.protocol, member.assignment)
+            return effects
+        member.awaiting_sync = True
+        if member_id == self.leader_id and assignments is not None:
+            for other in self.members.values():
+                other.assignment = bytes(assignments.get(other.member_id, b""))
+            effects.persist = True  # then persisted() moves to Stable and answers
+        return effects
+
+    def persisted(self, generation: int, now: int) -> Effects:
+        """The metadata record of ``generation`` is durable: a group waiting for it becomes
+        Stable and every waiting sync gets its assignment."""
+        effects = Effects()
+        if self.state != GroupState.COMPLETING_REBALANCE or generation != self.generation:
+            return effects
+        self._transition(GroupState.STABLE, now)
+        for member in self.members.values():
+            member.heartbeat_deadline_ms = now + member.session_timeout_ms
+            if member.awaiting_sync:
+                member.awaiting_sync = False
+                effects.replies[(member.member_id, SYNC)] = SyncResult(
+                    self.protocol, member.assignment
+                )
+        return effects
+
+    def persist_failed(self, generation: int, error: RafkaError, now: int) -> Effects:
+        """Writing the assignment of ``generation`` failed: the waiting syncs fail with a
+        retriable error and the group rebalances."""
+        if self.state != GroupState.COMPLETING_REBALANCE or generation != self.generation:
+            return Effects()
+        effects = Effects()
+        for member in self.members.values():
+            if member.awaiting_sync:
+                member.awaiting_sync = False
+                effects.replies[(member.member_id, SYNC)] = SyncResult(
+                    None, b"", CoordinatorNotAvailable(
+                        f"the assignment of group {self.group_id} could not be stored "
+                        f"({error}); rejoin"
+                    ),
+                )  # fmt: skip
+        return effects.merge(self._prepare_rebalance(now, "storing the assignment failed"))
+
+    # -- heartbeat, leave, timers --------------------------------------------------------------
+
+    def heartbeat(
+        self, member_id: str, group_instance_id: str | None, generation: int, now: int
+    ) -> None:
+        """Keep the member's session alive. RebalanceInProgress tells it to rejoin."""
+        member = self._member(member_id, group_instance_id)
+        self._check_generation(generation, member_id)
+        member.heartbeat_deadline_ms = now + member.session_timeout_ms
+        if self.state == GroupState.PREPARING_REBALANCE:
+            raise RebalanceInProgress(f"group {self.group_id} is rebalancing; rejoin")
+
+    def leave(self, members: Iterable[tuple[str | None, str | None]], now: int) -> Effects:
+        """Members leave: each named by member id, or by group_instance_id (a static member,
+        as an admin removes one). Unknown members are ignored."""
+        effects = Effects()
+        removed = []
+        for member_id, instance_id in members:
+            if instance_id is not None and not member_id:
+                member_id = self.static_members.get(instance_id)
+            member = self.members.get(member_id or "")
+            if member is None:
+                continue
+            if instance_id is not None and member.group_instance_id not in (None, instance_id):
+                continue
+            if member.awaiting_join:
+                effects.replies[(member_id, JOIN)] = self._error_join(
+                    member_id, UnknownMemberId(f"{member_id} left group {self.group_id}")
+                )
+            self._remove(member_id)
+            removed.append(member_id)
+        if removed:
+            effects.merge(self._membership_changed(now, f"{', '.join(removed)} left"))
+        return effects
+
+    def tick(self, now: int) -> Effects:
+        """Expire silent members and end join or sync phases whose time is up."""
+        effects = Effects()
+        expired = [
+            m.member_id for m in self.members.values()
+            if not m.awaiting_join and not m.awaiting_sync and m.heartbeat_deadline_ms < now
+        ]  # fmt: skip
+        for member_id in expired:
+            log.info("group %s: %s's session expired", self.group_id, member_id)
+            self._remove(member_id)
+        if expired:
+            effects.merge(self._membership_changed(now, "session expired"))
+        if self.state == GroupState.PREPARING_REBALANCE:
+            if now >= self._rebalance_deadline_ms:
+                effects.merge(self._complete_join(now))
+            else:
+                effects.merge(self._maybe_complete_join(now))
+        elif self.state == GroupState.COMPLETING_REBALANCE and now >= self._sync_deadline_ms:
+            for member in [m for m in self.members.values() if not m.awaiting_sync]:
+                self._remove(member.member_id)
+            effects.merge(self._membership_changed(now, "the leader sent no assignment"))
+        return effects
+
+    def _membership_changed(self, now: int, reason: str) -> Effects:
+        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            effects = self._prepare_rebalance(now, reason)
+            return effects.merge(self._maybe_complete_join(now))
+        if self.state == GroupState.PREPARING_REBALANCE:
+            return self._maybe_complete_join(now)
+        return Effects()
+
+    def _remove(self, member_id: str) -> None:
+        member = self.members.pop(member_id)
+        if member.group_instance_id is not None:
+            self.static_members.pop(member.group_instance_id, None)
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def check_commit(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        generation: int,
+        offsets: dict[tuple[str, int], CommittedOffset],
+    ) -> None:
+        """Raise the typed error that refuses this commit, or return to accept it. A commit
+        without a member (generation -1: an admin reset or a consumer using ``assign``) is
+        accepted only while the group has no members."""
+        if self.state == GroupState.DEAD:
+            raise CoordinatorNotAvailable(f"group {self.group_id} is being removed; retry")
+        for (topic, partition), committed in offsets.items():
+            size = len(committed.metadata.encode())
+            if size > self.config.offset_metadata_max_bytes:
+                raise OffsetMetadataTooLarge(
+                    f"the metadata committed for {topic}-{partition} is {size} bytes; the "
+                    f"limit is offset.metadata.max.bytes={self.config.offset_metadata_max_bytes}"
+                )
+        if generation < 0 and not member_id:
+            if self.members:
+                raise NonEmptyGroup(
+                    f"group {self.group_id} is {self.state.value} with {len(self.members)} "
+                    "member(s); offsets can be set from outside the group only while it is "
+                    "empty: stop its consumers first"
+                )
+            return
+        member = self._member(member_id, group_instance_id)
+        if self.state == GroupState.COMPLETING_REBALANCE:
+            raise RebalanceInProgress(
+                f"group {self.group_id} is completing a rebalance; commit after it"
+            )
+        self._check_generation(generation, member_id)
+        if self.protocol_type == PROTOCOL_TYPE:
+            owned = set(decode_assignment(member.assignment)[0])
+            foreign = sorted(set(offsets) - owned)
+            if foreign:
+                names = ", ".join(f"{t}-{p}" for t, p in foreign)
+                raise CommitFailed(
+                    f"{names} not assigned to member {member_id} of group {self.group_id} in "
+                    f"generation {generation}; commit only the partitions it owns"
+                )
+
+    def commit(self, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        """Apply offsets that ``check_commit`` accepted and the coordinator wrote."""
+        self.offsets.update(offsets)
+
+    def expired_offsets(self, now: int) -> list[tuple[str, int]]:
+        """Offsets to delete: those of a group empty for longer than offsets retention,
+        counted from the later of the last commit and the group becoming empty (KIP-211)."""
+        if self.state != GroupState.EMPTY:
+            return []
+        retention = self.config.offsets_retention_ms
+        return [
+            tp for tp, c in self.offsets.items()
+            if max(c.commit_ms, self.state_changed_ms) + retention < now
+        ]  # fmt: skip
+
+    def delete_offsets(self, partitions: Iterable[tuple[str, int]]) -> None:
+        for tp in partitions:
+            self.offsets.pop(tp, None)
+
+    def mark_dead(self, now: int) -> None:
+        if self.members:
+            raise NonEmptyGroup(
+                f"group {self.group_id} is {self.state.value} with {len(self.members)} "
+                "member(s); stop its consumers before deleting it"
+            )
+        self._transition(GroupState.DEAD, now)
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def _member(self, member_id: str, group_instance_id: str | None) -> Member:
+        if group_instance_id is not None:
+            current = self.static_members.get(group_instance_id)
+            if current is not None and current != member_id:
+                raise FencedInstanceId(
+                    f"group_instance_id {group_instance_id!r} now belongs to another member "
+                    f"of group {self.group_id}; this consumer was replaced"
+                )
+        member = self.members.get(member_id)
+        if member is None:
+            raise UnknownMemberId(
+                f"group {self.group_id} has no member {member_id!r} (its session expired, "
+                "it left, or the group was rebalanced without it); rejoin"
+            )
+        return member
+
+    def _check_generation(self, generation: int, member_id: str) -> None:
+        if generation != self.generation:
+            raise IllegalGeneration(
+                f"member {member_id} is in generation {generation} of group {self.group_id}, "
+                f"which is at generation {self.generation}; rejoin"
+            )
+
+    # -- persistence and description -----------------------------------------------------------
+
+    def metadata_record(self) -> dict[str, Any]:
+        """The group's metadata as stored in __consumer_offsets (members and assignment)."""
+        return {
+            "protocol_type": self.protocol_type, "generation": self.generation,
+            "protocol": self.protocol, "leader": self.leader_id,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "client_id": m.client_id, "client_host": m.client_host,
+                 "session_timeout_ms": m.session_timeout_ms,
+                 "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                 "subscription": m.metadata(self.protocol) if self.protocol else b"",
+                 "assignment": m.assignment}
+                for m in self.members.values()
+            ],
+        }  # fmt: skip
+
+    @classmethod
+    def from_record(
+        cls, group_id: str, record: dict[str, Any], config: GroupConfig, now: int
+    ) -> "Group":
+        """A group read back from its metadata record: Stable with its members (their
+        sessions start now) or Empty."""
+        group = cls(group_id, config, now)
+        group.generation = record["generation"]
+        group.protocol_type = record["protocol_type"]
+        group.protocol = record["protocol"]
+        group.leader_id = record["leader"]
+        for m in record["members"]:
+            member = Member(
+                m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
+                m["session_timeout_ms"], m["rebalance_timeout_ms"],
+                [(group.protocol, m["subscription"])], m["assignment"],
+                heartbeat_deadline_ms=now + m["session_timeout_ms"],
+            )  # fmt: skip
+            group.members[member.member_id] = member
+            if member.group_instance_id is not None:
+                group.static_members[member.group_instance_id] = member.member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        return group
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "group_id": self.group_id, "state": self.state.value,
+            "protocol_type": self.protocol_type or "", "protocol": self.protocol or "",
+            "generation": self.generation, "leader": self.leader_id,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "client_id": m.client_id, "client_host": m.client_host,
+                 "assignment": m.assignment}
+                for m in self.members.values()
+            ],
+            "offsets": {
+                tp: {"offset": c.offset, "leader_epoch": c.leader_epoch,
+                     "metadata": c.metadata, "commit_ms": c.commit_ms}
+                for tp, c in self.offsets.items()
+            },
+        }  # fmt: skip
