@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import time
 from pathlib import Path
+
+from bench.embedded import start_embedded
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "clients.json"
 DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data" / "clients"
@@ -37,18 +38,7 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
 
 
 def _start_rafka():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    import ray
-
-    import rafka
-    from rafka.actors.placement import DEFAULT_DISK, DISK_LABEL, DISK_RESOURCE
-
-    shutil.rmtree(DATA_DIR, ignore_errors=True)
-    ray.init(
-        address="local", resources={DISK_RESOURCE: 1}, labels={DISK_LABEL: DEFAULT_DISK},
-        include_dashboard=False, namespace=NAMESPACE, logging_level="WARNING",
-    )  # fmt: skip
-    return rafka.connect(data_dir=str(DATA_DIR), namespace=NAMESPACE)
+    return start_embedded(DATA_DIR, NAMESPACE)
 
 
 def _fresh_topic(cluster, name: str) -> str:

@@ -1,4 +1,6 @@
-"""Admin: topics, leadership, reassignments and cluster status, through the controller.
+"""Admin: topics, leadership, reassignments and cluster status, through the controller;
+consumer groups and their offsets through the group coordinators (``GroupAdmin``, in
+``rafka.clients.admin_groups``).
 
 Arguments are checked here before anything is sent (TypeError or ValueError saying what was
 wrong); the controller's answers are dicts, read with defaults for the fields an older
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from rafka.clients.admin_groups import GroupAdmin
 from rafka.errors import error_class
 from rafka.types import (
     BrokerDescription,
@@ -102,7 +105,7 @@ def check_assignment(assignment: Any) -> dict[int, list[int]]:
     return plan
 
 
-class Admin:
+class Admin(GroupAdmin):
     def __init__(self, gateway, metadata) -> None:
         self._gateway = gateway
         self._metadata = metadata

@@ -3,11 +3,11 @@
 This module holds the entry point (``main``, the console script ``rafka``): it builds the
 parser, runs the chosen handler with its output on ``args.out``, and maps errors to exit
 statuses. Each subcommand is declared by an ``add_<name>`` function in the module of its group
-(its arguments and its handler): ``cluster`` (up, status, down), ``topics``, ``produce``,
-``consume`` and ``dump_log``; ``connect`` joins Ray and the services, ``arguments`` holds the
-argument types and ``output`` the shared text formatting. Handlers import what they need when
-they run, so ``rafka --help`` and the offline tools (dump-log) start without importing Ray; a
-handler returns the exit status.
+(its arguments and its handler): ``cluster`` (up, status, down), ``topics``, ``groups``
+(consumer groups), ``produce``, ``consume`` and ``dump_log``; ``connect`` joins Ray and the
+services, ``arguments`` holds the argument types and ``output`` the shared text formatting.
+Handlers import what they need when they run, so ``rafka --help`` and the offline tools
+(dump-log) start without importing Ray; a handler returns the exit status.
 
 Commands that talk to a cluster reach Ray the way ``rafka.connect`` does: ``--address`` when
 given, else the Ray instance running on this machine (``rafka up`` or ``ray start``), else an
@@ -27,6 +27,7 @@ from rafka import __version__
 from rafka.cli.cluster import add_down, add_status, add_up
 from rafka.cli.consume import add_consume
 from rafka.cli.dump_log import add_dump_log
+from rafka.cli.groups import add_groups
 from rafka.cli.produce import add_produce
 from rafka.cli.topics import add_topics
 from rafka.errors import RafkaError
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status(commands)
     add_down(commands)
     add_topics(commands)
+    add_groups(commands)
     add_produce(commands)
     add_consume(commands)
     add_dump_log(commands)

@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 from rafka.cli import main
+from tests.cli_help import help_without_ray
 
 
 def run(capsys, cluster, *argv: str) -> tuple[int, str, str]:
@@ -308,17 +309,7 @@ def test_status_of_a_namespace_without_services_fails(cluster, capsys):
 
 def test_help_does_not_import_ray():
     """`rafka --help` and the subcommands' help start without importing Ray."""
-    code = (
-        "import sys\n"
-        "from rafka.cli import main\n"
-        "for argv in (['--help'], ['topics', 'create', '--help'], ['consume', '--help']):\n"
-        "    try:\n"
-        "        main(argv)\n"
-        "    except SystemExit:\n"
-        "        pass\n"
-        "sys.exit(3 if 'ray' in sys.modules else 0)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = help_without_ray(["--help"], ["topics", "create", "--help"], ["consume", "--help"])
     assert done.returncode == 0, done.stderr
 
 

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import sys
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from rafka.clients.admin import Admin
 
 from rafka.cli import main
 from rafka.cli import replicas as replicas_cli
 from rafka.cli import topics as topics_cli
 from rafka.cli.replicas import broker_ids, election_report, parse_plan, partition_line
-from rafka.clients.admin import Admin
 from rafka.errors import ElectionNotNeeded, PreferredLeaderNotAvailable
 from rafka.types import ElectionResult
+from tests.cli_help import help_without_ray
 
 
 def partition(p, leader, replicas, isr, adding=(), removing=(), offline=False) -> dict:
@@ -388,18 +388,10 @@ def test_partition_line_shows_reassignment_and_offline_only_when_set():
 def test_topics_help_lists_the_new_actions_without_importing_ray():
     """`rafka topics --help` names elect-leaders and reassign, and loading their module
     does not import Ray."""
-    code = (
-        "import sys\n"
-        "from rafka.cli import main\n"
-        "for argv in (['topics', '--help'], ['topics', 'reassign', '--help'],\n"
-        "             ['topics', 'elect-leaders', '--help']):\n"
-        "    try:\n"
-        "        main(argv)\n"
-        "    except SystemExit:\n"
-        "        pass\n"
-        "sys.exit(3 if 'ray' in sys.modules else 0)\n"
+    done = help_without_ray(
+        ["topics", "--help"], ["topics", "reassign", "--help"],
+        ["topics", "elect-leaders", "--help"],
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "elect-leaders" in done.stdout and "reassign" in done.stdout
     assert "kafka-reassign-partitions.sh" in done.stdout

@@ -1,0 +1,300 @@
+"""Consumer groups: what a group of three consumers reads per second over six partitions,
+and how long a rebalance takes when a member joins and when one dies; rafka next to the
+peer (confluent-kafka consumers against a Tansu broker) in the same run.
+
+Run ``python -m bench groups [--groups-records 1200000] [--groups-no-peer]``. Per side:
+
+1. ``--groups-records`` 100-byte records are produced into a fresh six-partition topic.
+2. Three consumers, each in its own process (Ray actors for rafka, OS processes for the
+   peer), subscribe with one group id; each polls in a loop and stamps (wall clock) its
+   first and last record and every change of its assignment. Throughput is the records
+   divided by the time from the group's first record to its last, so the join before the
+   first record (group.initial.rebalance.delay.ms, 3 s by default) is not counted.
+3. Join: a fourth consumer subscribes while the three are idle; the figure is the time from
+   its ``subscribe`` call until all four own their share (2, 2, 1, 1) of the partitions.
+4. Death: one consumer's process is killed (SIGKILL, no goodbye); the figure is the time from
+   the kill until the survivors own all six partitions. It holds the session timeout, so it
+   is also given minus ``session_timeout_ms``.
+
+Both sides use the same group settings (``GROUP_SETTINGS``, Kafka names): the rebalance
+figures are dominated by them (existing members learn of a rebalance on their next
+heartbeat; a dead member is noticed when its session expires), not by the machinery.
+Results are printed and saved to bench/results/groups.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.embedded import start_embedded
+
+RESULTS_PATH = Path(__file__).resolve().parent / "results" / "groups.json"
+DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data" / "groups"
+NAMESPACE = "rafka-bench-groups"
+PARTITIONS = 6
+SESSION_TIMEOUT_MS = 6_000
+HEARTBEAT_INTERVAL_MS = 500
+GIVE_UP_S = 120.0
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--groups-records", type=int, default=1_200_000,
+                       help="records read by the group (default 1200000)")  # fmt: skip
+    group.add_argument("--groups-no-peer", action="store_true",
+                       help="measure rafka only (no Tansu broker)")  # fmt: skip
+
+
+# -- one member, either side -------------------------------------------------------------------
+
+
+class Stamps:
+    """What a member reports: records read, first/last record time and its assignment
+    history [(wall time, partitions owned)]."""
+
+    def __init__(self) -> None:
+        self.read = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        self.assignments: list[tuple[float, int]] = []
+
+    def got(self, n: int) -> None:
+        if n:
+            now = time.time()
+            self.first = self.first or now
+            self.last = now
+            self.read += n
+
+    def owned(self, n: int) -> None:
+        if not self.assignments or self.assignments[-1][1] != n:
+            self.assignments.append((time.time(), n))
+
+    def report(self) -> dict[str, Any]:
+        return {"read": self.read, "first": self.first, "last": self.last,
+                "assignments": list(self.assignments)}  # fmt: skip
+
+
+def _rafka_member_class():
+    import sys
+
+    import ray
+    from ray import cloudpickle
+
+    # Ray workers get this module by value: bench/ is not on their path.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class RafkaMember:
+        def __init__(self, cluster, topic: str, group: str) -> None:
+            self.stamps = Stamps()
+            self.consumer = cluster.consumer(
+                group_id=group, auto_offset_reset="earliest", enable_auto_commit=True,
+                session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+                max_partition_fetch_bytes=4 << 20, max_poll_records=100_000,
+            )  # fmt: skip
+            self.consumer.subscribe([topic])
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+        def _run(self) -> None:
+            while True:
+                table = self.consumer.poll_columns(timeout_ms=100)
+                self.stamps.got(table.num_rows)
+                self.stamps.owned(len(self.consumer.assignment()))
+
+        def report(self) -> dict[str, Any]:
+            return self.stamps.report()
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    return RafkaMember
+
+
+def _peer_member(bootstrap: str, topic: str, group: str, reports) -> None:
+    """A confluent-kafka consumer of the group, in its own process; puts its stamps on
+    ``reports`` every 50 ms."""
+    import confluent_kafka as ck
+
+    stamps = Stamps()
+    consumer = ck.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "enable.auto.commit": True, "session.timeout.ms": SESSION_TIMEOUT_MS,
+        "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+        "queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10,
+    })  # fmt: skip
+    owned: set = set()
+
+    def assigned(_, partitions) -> None:
+        owned.update((p.topic, p.partition) for p in partitions)
+
+    def revoked(_, partitions) -> None:
+        owned.difference_update((p.topic, p.partition) for p in partitions)
+
+    consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+    sent = 0.0
+    while True:
+        messages = consumer.consume(num_messages=10_000, timeout=0.1)
+        stamps.got(sum(1 for m in messages if m.error() is None))
+        stamps.owned(len(owned))
+        if time.monotonic() - sent > 0.05:
+            sent = time.monotonic()
+            reports.put((os.getpid(), stamps.report()))
+
+
+# -- the measurement, same for both sides -------------------------------------------------------
+
+
+def measure(start_member, reports_of, kill, records: int) -> dict[str, Any]:
+    """``start_member()`` -> member handle; ``reports_of(handles)`` -> their stamps;
+    ``kill(handle)`` kills one hard."""
+
+    def wait(predicate, what: str):
+        deadline = time.monotonic() + GIVE_UP_S
+        while time.monotonic() < deadline:
+            reports = reports_of(members)
+            if predicate(reports):
+                return reports
+            time.sleep(0.02)
+        raise RuntimeError(f"gave up waiting for {what}")
+
+    def shares(reports) -> list[int]:
+        return sorted(r["assignments"][-1][1] if r["assignments"] else 0 for r in reports)
+
+    members = [start_member() for _ in range(3)]
+    reports = wait(lambda rs: sum(r["read"] for r in rs) >= records, "the group to read all")
+    first = min(r["first"] for r in reports if r["first"])
+    last = max(r["last"] for r in reports if r["last"])
+    out: dict[str, Any] = {
+        "records_per_s": records / (last - first),
+        "shares_while_reading": shares(reports),
+    }
+    joined_at = time.time()
+    members.append(start_member())
+    reports = wait(lambda rs: shares(rs) == [1, 1, 2, 2], "the fourth member's share")
+    out["join_rebalance_s"] = max(r["assignments"][-1][0] for r in reports) - joined_at
+    victim = members.pop(0)
+    killed_at = time.time()
+    kill(victim)
+    reports = wait(lambda rs: shares(rs) == [2, 2, 2], "the survivors to own all six")
+    out["death_rebalance_s"] = max(r["assignments"][-1][0] for r in reports) - killed_at
+    out["death_rebalance_minus_session_s"] = out["death_rebalance_s"] - SESSION_TIMEOUT_MS / 1000
+    for member in members:
+        kill(member)
+    return out
+
+
+def run_rafka(records: int, value: bytes) -> dict[str, Any]:
+    import ray
+
+    cluster = start_embedded(DATA_DIR, NAMESPACE)
+    try:
+        topic = "groups-bench"
+        cluster.admin().create_topic(topic, partitions=PARTITIONS)
+        producer = cluster.producer(acks=1, linger_ms=5)
+        per_partition = records // PARTITIONS
+        for p in range(PARTITIONS):
+            import pyarrow as pa
+
+            producer.send_batch(topic, pa.array([value] * per_partition, pa.binary()),
+                                partition=p).result()  # fmt: skip
+        producer.close()
+        member_class = _rafka_member_class()
+        group = f"bench-{uuid.uuid4().hex[:6]}"
+        figures = measure(
+            lambda: member_class.remote(cluster, topic, group),
+            lambda ms: ray.get([m.report.remote() for m in ms]),
+            lambda m: ray.kill(m, no_restart=True),
+            per_partition * PARTITIONS,
+        )  # fmt: skip
+    finally:
+        cluster.shutdown()
+        ray.shutdown()
+    return figures
+
+
+def run_peer(records: int, value_size: int) -> dict[str, Any]:
+    from bench import peer
+
+    with peer.TansuBroker() as broker:
+        topic = f"groups-{uuid.uuid4().hex[:6]}"
+        peer.create_topic(broker.bootstrap, topic, PARTITIONS)
+        peer.produce(broker.bootstrap, topic, records, value_size, acks=1, idempotent=False)
+        context = multiprocessing.get_context("spawn")
+        reports = context.Queue()
+        latest: dict[int, dict] = {}
+        group = f"bench-{uuid.uuid4().hex[:6]}"
+
+        def start():
+            process = context.Process(
+                target=_peer_member, args=(broker.bootstrap, topic, group, reports), daemon=True
+            )
+            process.start()
+            return process
+
+        def reports_of(processes) -> list[dict]:
+            while not reports.empty():
+                pid, report = reports.get()
+                latest[pid] = report
+            empty = {"read": 0, "first": None, "last": None, "assignments": []}
+            return [latest.get(p.pid, empty) for p in processes]
+
+        def kill(process) -> None:
+            process.kill()
+            process.join()
+
+        return measure(start, reports_of, kill, records)
+
+
+def run(args: argparse.Namespace) -> None:
+    value = os.urandom(100)
+    report: dict[str, Any] = {
+        "records": args.groups_records, "partitions": PARTITIONS,
+        "session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+    }  # fmt: skip
+    report["rafka"] = run_rafka(args.groups_records, value)
+    print("rafka: " + json.dumps(report["rafka"]))
+    if not args.groups_no_peer:
+        try:
+            report["peer"] = run_peer(args.groups_records, len(value))
+            print("peer: " + json.dumps(report["peer"]))
+        except RuntimeError as e:  # the peer's group support is the peer's business
+            report["peer_error"] = str(e)
+            print(f"peer: {e}")
+    print(render(report))
+    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS_PATH.write_text(json.dumps(report, indent=2))
+    print(f"results: {RESULTS_PATH}")
+
+
+def render(report: dict[str, Any]) -> str:
+    rafka_, peer_ = report["rafka"], report.get("peer") or {}
+    lines = [
+        f"\ngroup of 3 consumers, {PARTITIONS} partitions, {report['records']:,} records of "
+        f"100 bytes; session {SESSION_TIMEOUT_MS} ms, heartbeat {HEARTBEAT_INTERVAL_MS} ms",
+        f"{'':<36}{'rafka':>12}{'peer':>12}{'ratio':>8}",
+    ]
+    rows = [
+        ("group read, records/s", "records_per_s", "{:,.0f}", True),
+        ("rebalance on join, s", "join_rebalance_s", "{:.2f}", False),
+        ("rebalance on death, s", "death_rebalance_s", "{:.2f}", False),
+        ("  of which past the session, s", "death_rebalance_minus_session_s", "{:.2f}", False),
+    ]  # fmt: skip
+    for label, key, fmt, higher_better in rows:
+        ours, theirs = rafka_.get(key), peer_.get(key)
+        ratio = ""
+        if ours and theirs:
+            ratio = f"{(ours / theirs) if higher_better else (theirs / ours):.2f}x"
+        lines.append(
+            f"{label:<36}{fmt.format(ours):>12}"
+            f"{fmt.format(theirs) if theirs is not None else '-':>12}{ratio:>8}"
+        )
+    lines.append("ratio: rafka's advantage (above 1: rafka faster)")
+    return "\n".join(lines)
