@@ -9,14 +9,18 @@ Run ``python -m bench groups [--groups-records 1200000] [--groups-no-peer]``. Pe
    peer), subscribe with one group id; each polls in a loop and stamps (wall clock) its
    first and last record and every change of its assignment. Throughput is the records
    divided by the time from the group's first record to its last, so the join before the
-   first record (group.initial.rebalance.delay.ms, 3 s by default) is not counted.
-3. Join: a fourth consumer subscribes while the three are idle; the figure is the time from
-   its ``subscribe`` call until all four own their share (2, 2, 1, 1) of the partitions.
+   first record (group.initial.rebalance.delay.ms, 3 s by default) is not counted. rafka's
+   members read with ``poll`` (a Record object per record, as the peer's ``consume`` makes
+   a Message per record); a second group of three then reads the topic again with
+   ``poll_columns`` (Arrow tables, the bulk path).
+3. Join: a fourth consumer is started while the three are idle; the figure is the time from
+   starting its process until all four own their share (2, 2, 1, 1) of the partitions.
 4. Death: one consumer's process is killed (SIGKILL, no goodbye); the figure is the time from
    the kill until the survivors own all six partitions. It holds the session timeout, so it
    is also given minus ``session_timeout_ms``.
 
-Both sides use the same group settings (``GROUP_SETTINGS``, Kafka names): the rebalance
+Both sides use the same session timeout and heartbeat interval (``SESSION_TIMEOUT_MS``,
+``HEARTBEAT_INTERVAL_MS``) and the brokers' default initial rebalance delay: the rebalance
 figures are dominated by them (existing members learn of a rebalance on their next
 heartbeat; a dead member is noticed when its session expires), not by the machinery.
 Results are printed and saved to bench/results/groups.json.
@@ -92,12 +96,13 @@ def _rafka_member_class():
 
     @ray.remote(num_cpus=0, max_restarts=0)
     class RafkaMember:
-        def __init__(self, cluster, topic: str, group: str) -> None:
+        def __init__(self, cluster, topic: str, group: str, columns: bool) -> None:
             self.stamps = Stamps()
+            self.columns = columns
             self.consumer = cluster.consumer(
                 group_id=group, auto_offset_reset="earliest", enable_auto_commit=True,
                 session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
-                max_partition_fetch_bytes=4 << 20, max_poll_records=100_000,
+                max_partition_fetch_bytes=4 << 20, max_poll_records=10_000,
             )  # fmt: skip
             self.consumer.subscribe([topic])
             self._thread = threading.Thread(target=self._run, daemon=True)
@@ -105,8 +110,10 @@ def _rafka_member_class():
 
         def _run(self) -> None:
             while True:
-                table = self.consumer.poll_columns(timeout_ms=100)
-                self.stamps.got(table.num_rows)
+                if self.columns:
+                    self.stamps.got(self.consumer.poll_columns(timeout_ms=100).num_rows)
+                else:
+                    self.stamps.got(len(self.consumer.poll(timeout_ms=100)))
                 self.stamps.owned(len(self.consumer.assignment()))
 
         def report(self) -> dict[str, Any]:
@@ -152,9 +159,11 @@ def _peer_member(bootstrap: str, topic: str, group: str, reports) -> None:
 # -- the measurement, same for both sides -------------------------------------------------------
 
 
-def measure(start_member, reports_of, kill, records: int) -> dict[str, Any]:
+def measure(
+    start_member, reports_of, kill, records: int, rebalances: bool = True
+) -> dict[str, Any]:
     """``start_member()`` -> member handle; ``reports_of(handles)`` -> their stamps;
-    ``kill(handle)`` kills one hard."""
+    ``kill(handle)`` kills one hard. Without ``rebalances`` only the read is timed."""
 
     def wait(predicate, what: str):
         deadline = time.monotonic() + GIVE_UP_S
@@ -176,6 +185,10 @@ def measure(start_member, reports_of, kill, records: int) -> dict[str, Any]:
         "records_per_s": records / (last - first),
         "shares_while_reading": shares(reports),
     }
+    if not rebalances:
+        for member in members:
+            kill(member)
+        return out
     joined_at = time.time()
     members.append(start_member())
     reports = wait(lambda rs: shares(rs) == [1, 1, 2, 2], "the fourth member's share")
@@ -207,13 +220,15 @@ def run_rafka(records: int, value: bytes) -> dict[str, Any]:
                                 partition=p).result()  # fmt: skip
         producer.close()
         member_class = _rafka_member_class()
-        group = f"bench-{uuid.uuid4().hex[:6]}"
-        figures = measure(
-            lambda: member_class.remote(cluster, topic, group),
-            lambda ms: ray.get([m.report.remote() for m in ms]),
-            lambda m: ray.kill(m, no_restart=True),
-            per_partition * PARTITIONS,
-        )  # fmt: skip
+        figures = {}
+        for columns in (False, True):  # poll (Record objects), then poll_columns (Arrow)
+            group = f"bench-{uuid.uuid4().hex[:6]}"
+            figures["bulk" if columns else "per_record"] = measure(
+                lambda g=group, c=columns: member_class.remote(cluster, topic, g, c),
+                lambda ms: ray.get([m.report.remote() for m in ms]),
+                lambda m: ray.kill(m, no_restart=True),
+                per_partition * PARTITIONS, rebalances=not columns,
+            )  # fmt: skip
     finally:
         cluster.shutdown()
         ray.shutdown()
@@ -275,7 +290,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def render(report: dict[str, Any]) -> str:
-    rafka_, peer_ = report["rafka"], report.get("peer") or {}
+    rafka_, peer_ = report["rafka"]["per_record"], report.get("peer") or {}
     lines = [
         f"\ngroup of 3 consumers, {PARTITIONS} partitions, {report['records']:,} records of "
         f"100 bytes; session {SESSION_TIMEOUT_MS} ms, heartbeat {HEARTBEAT_INTERVAL_MS} ms",
@@ -287,6 +302,8 @@ def render(report: dict[str, Any]) -> str:
         ("rebalance on death, s", "death_rebalance_s", "{:.2f}", False),
         ("  of which past the session, s", "death_rebalance_minus_session_s", "{:.2f}", False),
     ]  # fmt: skip
+    bulk = report["rafka"]["bulk"]["records_per_s"]
+    theirs = peer_.get("records_per_s")
     for label, key, fmt, higher_better in rows:
         ours, theirs = rafka_.get(key), peer_.get(key)
         ratio = ""
@@ -296,5 +313,11 @@ def render(report: dict[str, Any]) -> str:
             f"{label:<36}{fmt.format(ours):>12}"
             f"{fmt.format(theirs) if theirs is not None else '-':>12}{ratio:>8}"
         )
-    lines.append("ratio: rafka's advantage (above 1: rafka faster)")
+        if key == "records_per_s":
+            lines.append(
+                f"{'group read, bulk (poll_columns)':<36}{bulk:>12,.0f}{'':>12}"
+                + (f"{bulk / theirs:>7.2f}x" if theirs else "")
+            )
+    lines.append("ratio: rafka's advantage (above 1: rafka faster); rafka per record reads "
+                 "Record objects with poll(), the peer Message objects with consume()")
     return "\n".join(lines)

@@ -63,7 +63,7 @@ def coordinator_shard(group_id: str, shards: int) -> int:
     """The ``__consumer_offsets`` partition (and coordinator shard) of ``group_id``: Kafka's
     ``Utils.abs(groupId.hashCode) % partitions``."""
     h = java_string_hash(group_id)
-    return (h & 0x7FFFFFFF if h != -(1 << 31) else 0) % shards
+    return (0 if h == -(1 << 31) else abs(h)) % shards
 
 
 def offset_key(group_id: str, topic: str, partition: int) -> bytes:

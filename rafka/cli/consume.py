@@ -34,15 +34,24 @@ def add_consume(commands: argparse._SubParsersAction) -> None:
                         help="value: the value as text; kv: key<TAB>value; json: one object a "
                         "line with topic, partition, offset, timestamp, key, value, headers "
                         "(bytes as UTF-8, invalid bytes as \\xNN; null for none)")
+    parser.add_argument("--group", metavar="GROUP",
+                        help="read as a member of consumer group GROUP: partitions shared with "
+                        "its other members, starting at its committed offsets (new groups at "
+                        "the end, or the start with --from-beginning), and committing what was "
+                        "printed on exit")  # fmt: skip
     parser.add_argument("--follow", action="store_true",
                         help="keep waiting for new records until Ctrl-C (or --max-messages)")
     add_connection_options(parser)
-    parser.set_defaults(handler=_consume)
+    parser.set_defaults(handler=_consume, usage_error=parser.error)
 
 
 def _consume(args: argparse.Namespace) -> int:
     from rafka.types import TopicPartition
 
+    if args.group is not None and args.partition:
+        args.usage_error("--partition and --group exclude each other: a group assigns partitions")
+    if args.group is not None:
+        return _consume_in_group(args)
     with connected(args) as cluster:
         if args.partition:
             partitions = sorted(set(args.partition))
@@ -66,10 +75,28 @@ def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_records(consumer, tps: list, args: argparse.Namespace, printed: list) -> None:
+def _consume_in_group(args: argparse.Namespace) -> int:
+    printed = [0]
+    with connected(args) as cluster:
+        reset = "earliest" if args.from_beginning else "latest"
+        with cluster.consumer(
+            group_id=args.group, auto_offset_reset=reset, enable_auto_commit=True,
+            client_id="rafka-console-consumer",
+        ) as consumer:  # fmt: skip
+            consumer.subscribe([args.topic])
+            try:
+                _print_records(consumer, None, args, printed)
+            except KeyboardInterrupt:
+                print(f"\nconsumed {printed[0]} records", file=sys.stderr)
+                raise
+    print(f"consumed {printed[0]} records", file=sys.stderr)
+    return 0
+
+
+def _print_records(consumer, tps: list | None, args: argparse.Namespace, printed: list) -> None:
     """Poll and print until a stop condition, counting the records in ``printed[0]``."""
     ends = None
-    if args.from_beginning and not args.follow:
+    if tps is not None and args.from_beginning and not args.follow:
         ends = consumer.end_offsets(tps)  # stop once the log as it is now has been read
     formatter = _FORMATS[args.format]
     out = args.out

@@ -308,3 +308,27 @@ def test_auto_commit_commits_what_was_consumed(cluster, make_topic):
     rest = wait_for(lambda: follower.poll(200), 30, "the rest")
     assert rest[0].offset == 30
     follower.close()
+
+
+def test_the_cli_consumes_as_a_group_describes_it_and_rewinds_it(cluster, make_topic, capsys):
+    """`rafka consume --group` commits what it printed, `rafka groups describe` shows no
+    lag, and `rafka groups reset-offsets --execute` makes the group read everything again."""
+    from rafka.cli import main
+
+    def run(*argv: str) -> str:
+        status = main([*argv, "--namespace", cluster.namespace])
+        out, err = capsys.readouterr()
+        assert status == 0, err
+        return out
+
+    topic = make_topic(partitions=2)
+    produce(cluster, topic, 10, 2)
+    group = group_id()
+    consume = ("consume", topic, "--group", group, "--from-beginning", "--timeout-ms", "2000")
+    assert sorted(run(*consume).split()) == sorted(str(i) for i in range(10))
+    described = run("groups", "describe", group)
+    rows = [line.split() for line in described.splitlines() if line.startswith(topic)]
+    assert [(r[1], r[2], r[3], r[4]) for r in rows] == [("0", "5", "5", "0"), ("1", "5", "5", "0")]
+    assert group in run("groups", "list").split()
+    run("groups", "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute")
+    assert len(run(*consume).split()) == 10
