@@ -252,7 +252,8 @@ def _stop_services(args: argparse.Namespace) -> None:
         print(f"no rafka services run in Ray namespace {namespace!r}", file=args.out)
         return
     print(
-        f"stopped {stopped['replicas']} replica(s), {stopped['agents']} node agent(s) and "
+        f"stopped {stopped['replicas']} replica(s), {stopped['agents']} node agent(s), "
+        f"{stopped.get('coordinators', 0)} group coordinator(s) and "
         f"{'the' if stopped['controller'] else 'no'} controller in Ray namespace {namespace!r}",
         file=args.out,
     )

@@ -353,7 +353,9 @@ def test_up_status_produce_consume_down_as_subprocesses(cluster, tmp_path):
     finally:
         down = rafka("down")
     assert down.returncode == 0, down.stderr.decode()
-    assert b"stopped 1 replica(s), 1 node agent(s) and the controller" in down.stdout
+    assert b"stopped 1 replica(s), 1 node agent(s), 0 group coordinator(s) and the controller" in (
+        down.stdout
+    )
     after = rafka("status")
     assert after.returncode == 1 and b"BrokerNotAvailable" in after.stderr
     assert cluster.admin().list_topics() is not None  # the session's services still answer
