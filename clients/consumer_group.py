@@ -215,6 +215,8 @@ class GroupMember:
             self._rejoin_needed = False
 
     def _on_answer(self, state: str, ref) -> None:
+        if state not in (JOINING, SYNCING):
+            return  # the member left meanwhile: the answer is for a membership now gone
         try:
             error, result = self._get(ref, self.max_poll_interval_s + self.request_timeout_s)
         except RafkaError as e:
@@ -402,6 +404,7 @@ class GroupMember:
             self.state = UNJOINED
             self._rejoin_needed = True
             self._lost = True
+            self._pending = None  # a join or sync answer for the member that left
 
     # -- offsets -------------------------------------------------------------------------------
 

@@ -34,6 +34,11 @@ def produce(cluster, topic: str, n: int, partitions_: int) -> None:
 
 
 def balanced(members, total: int, per_member: int):
+    """Whether the members own ``per_member`` partitions each, ``total`` together, with no
+    rebalance pending; a member's poll error is raised at once."""
+    for m in members:
+        if m.errors:
+            raise m.errors[0]
     owned = [m.owned() for m in members]
     return (
         all(len(o) == per_member for o in owned)
