@@ -1,0 +1,92 @@
+"""The values the group state machine (``rafka.cluster.group``) takes and gives: its limits,
+a member, a committed offset, the answers to join and sync, and the effects of a call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from rafka.errors import RafkaError
+
+NO_GENERATION = -1
+#: Keys of the waiting calls in ``Effects.replies``: (member id, JOIN or SYNC).
+JOIN = "join"
+SYNC = "sync"
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """The coordinator's limits, under Kafka's broker property names (see settings)."""
+
+    min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
+    max_size: int = 2**31 - 1  # group.max.size
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+
+
+class CommittedOffset(NamedTuple):
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_ms: int
+
+
+class JoinResult(NamedTuple):
+    """A join's answer. The leader gets every member's (id, instance id, subscription) in
+    ``members`` and runs the assignor, unless ``skip_assignment`` (a static leader that
+    came back into a stable group: the assignment stands)."""
+
+    member_id: str
+    generation: int
+    protocol: str | None
+    leader_id: str | None
+    members: list
+    skip_assignment: bool = False
+    error: RafkaError | None = None
+
+
+class SyncResult(NamedTuple):
+    protocol: str | None
+    assignment: bytes
+    error: RafkaError | None = None
+
+
+@dataclass
+class Effects:
+    """What the actor must do after a call: deliver ``replies`` to waiting calls, keyed by
+    (member id, JOIN or SYNC); with ``persist``, write the group's metadata record and then
+    call ``persisted`` (or ``persist_failed``) with the generation written."""
+
+    replies: dict[tuple[str, str], JoinResult | SyncResult] = field(default_factory=dict)
+    persist: bool = False
+
+    def merge(self, other: "Effects") -> "Effects":
+        self.replies.update(other.replies)
+        self.persist = self.persist or other.persist
+        return self
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list  # [(assignor name, subscription bytes)], in preference order
+    assignment: bytes = b""
+    heartbeat_deadline_ms: int = 0
+    awaiting_join: bool = False
+    awaiting_sync: bool = False
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, data in self.protocols:
+            if name == protocol:
+                return data
+        raise KeyError(protocol)
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
