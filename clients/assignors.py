@@ -30,6 +30,8 @@ resolution keeps more of a stale member's undisputed partitions and is otherwise
 
 from __future__ import annotations
 
+import abc
+import inspect
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
@@ -121,7 +123,7 @@ def _as_tp(tp) -> TopicPartition:
     return tp if isinstance(tp, TopicPartition) else TopicPartition(*tp)
 
 
-class Assignor:
+class Assignor(abc.ABC):
     """Base class: ``name`` is the protocol name sent in JoinGroup; ``rebalance_protocol`` is
     "eager" (members revoke everything before joining) or "cooperative" (members keep what they
     own and revoke only what the assignment takes away)."""
@@ -138,8 +140,9 @@ class Assignor:
         result = self._assign(group)
         return {m: sorted(result.get(m, ())) for m in group.order}
 
+    @abc.abstractmethod
     def _assign(self, group: _Group) -> Mapping[str, Iterable[TopicPartition]]:
-        raise NotImplementedError
+        """The assignment of ``group`` (member id -> partitions), by this strategy."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -388,6 +391,11 @@ def make_assignors(strategy=DEFAULT_STRATEGY) -> list[Assignor]:
         elif isinstance(item, Assignor):
             assignors.append(item)
         elif isinstance(item, type) and issubclass(item, Assignor):
+            if inspect.isabstract(item):
+                raise InvalidConfig(
+                    f"partition.assignment.strategy: {item.__name__} is abstract; give a "
+                    f"subclass that implements _assign, or one of {', '.join(ASSIGNORS)}"
+                )
             assignors.append(item())
         else:
             raise InvalidConfig(f"partition.assignment.strategy: {item!r} is not an assignor")
