@@ -55,21 +55,28 @@ class MetadataCache:
         answer = self.gateway.call_controller("metadata", list(names), self.allow_auto_create)
         out = {}
         for name in names:
-            described = answer[name]
-            if isinstance(described, (list, tuple)):
-                with self._lock:
-                    self._topics.pop(name, None)
-                errno, message = described
+            meta = self._store(name, answer[name])
+            if not isinstance(meta, TopicMetadata):
+                errno, message = meta
                 raise error_class(errno)(message)
-            meta = TopicMetadata(
-                name,
-                described["topic_id"],
-                [PartitionLeader(p["leader"], p["leader_epoch"]) for p in described["partitions"]],
-            )
-            with self._lock:
-                self._topics[name] = meta
             out[name] = meta
         return out
+
+    def _store(self, name: str, described) -> TopicMetadata | tuple:
+        """Cache the controller's description of ``name``; an (errno, message) answer (no
+        such topic) drops it from the cache and is returned as it is."""
+        if isinstance(described, (list, tuple)):
+            with self._lock:
+                self._topics.pop(name, None)
+            return tuple(described)
+        meta = TopicMetadata(
+            name,
+            described["topic_id"],
+            [PartitionLeader(p["leader"], p["leader_epoch"]) for p in described["partitions"]],
+        )
+        with self._lock:
+            self._topics[name] = meta
+        return meta
 
     def partition_counts(self, names: list[str], refresh: bool = False) -> dict[str, int]:
         """Partition counts of the topics of ``names`` that exist (missing ones are left
@@ -82,16 +89,7 @@ class MetadataCache:
         if wanted:
             answer = self.gateway.call_controller("metadata", wanted, False)
             for name in wanted:
-                described = answer[name]
-                if not isinstance(described, dict):
-                    with self._lock:
-                        self._topics.pop(name, None)
-                else:
-                    with self._lock:
-                        self._topics[name] = TopicMetadata(name, described["topic_id"], [
-                            PartitionLeader(p["leader"], p["leader_epoch"])
-                            for p in described["partitions"]
-                        ])  # fmt: skip
+                self._store(name, answer[name])
         for name in names:
             meta = self._topics.get(name)
             if meta is not None:
