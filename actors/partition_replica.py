@@ -33,6 +33,7 @@ import msgpack
 import numpy as np
 import ray
 
+from rafka.actors.block_export import BlockExporter
 from rafka.actors.placement import CONTROLLER_NAME, replica_name
 from rafka.cluster.metadata import NO_LEADER
 from rafka.cluster.replication import (
@@ -120,6 +121,7 @@ class PartitionReplica:
         self._controller = None
         self._closed = False
         self.deleted = False
+        self._exporter = BlockExporter(self.topic, self.partition)
         # Ray starts an async actor's calls in arrival order but does not promise to run
         # them in the order one client sent them, so each producer numbers its requests to
         # this partition and they are appended in that order (see _wait_turn).
@@ -186,6 +188,7 @@ class PartitionReplica:
                 if task is not None:
                     task.cancel()
             self.leader = None
+            self._exporter.close()
             if self._appended is not None:
                 async with self._appended:
                     self._appended.notify_all()
@@ -710,6 +713,33 @@ class PartitionReplica:
     def _read(self, offset: int, max_bytes: int, committed: bool):
         limit = self.log.high_watermark if committed else None
         return self.log.read(offset, max_bytes, limit).records
+
+    async def export_block(self, start: int, end: int) -> tuple:
+        """A Spark read's range: the committed records in [start, end) as one Arrow block
+        that this process puts in the object store (so it is owned on this node). Any
+        replica whose high watermark has reached ``end`` can serve it. Answers (errno,
+        message, [object ref], rows); the ref is in a list so the caller receives the ref,
+        not the block."""
+        self._loop_ready()
+        log_ = self.log
+        try:
+            if self.deleted or self._closed:
+                raise NotLeaderOrFollower(
+                    f"the replica of {self.topic}-{self.partition} on broker {self.broker_id} "
+                    "is closed; refresh metadata and retry"
+                )
+            if not log_.log_start_offset <= start <= end <= log_.high_watermark:
+                raise OffsetOutOfRange(
+                    f"range [{start}, {end}) of {self.topic}-{self.partition} is outside the "
+                    f"committed log [{log_.log_start_offset}, {log_.high_watermark}) of broker "
+                    f"{self.broker_id}; plan the read again"
+                )
+            ref, rows = await self._exporter.export(
+                lambda offset, max_bytes: self._read(offset, max_bytes, True), start, end
+            )
+        except RafkaError as e:
+            return (e.errno, str(e), [], 0)
+        return (0, "", [ref], rows)
 
     async def list_offset(self, timestamp: int) -> tuple:
         """(errno, message, offset, timestamp): EARLIEST (-2) gives the log start, LATEST (-1)

@@ -137,7 +137,7 @@ def chunks(
 # reading
 
 
-def _binary_array(column, count: int) -> pa.Array:
+def binary_array(column, count: int) -> pa.Array:
     if column is None:
         return pa.nulls(count, pa.binary())
     if isinstance(column, rb.PackedColumn):
@@ -185,8 +185,8 @@ def batch_to_arrow(topic: str, partition: int, buf, pos: int, from_offset: int) 
         timestamps = np.full(count, header.first_timestamp, dtype=np.int64)
     else:
         timestamps = np.asarray(ts_deltas, dtype=np.int64) + header.first_timestamp
-    value_array = _binary_array(values, count)
-    key_array = _binary_array(keys, count)
+    value_array = binary_array(values, count)
+    key_array = binary_array(keys, count)
     if len(value_array) != count or len(key_array) != count or len(offsets) != count:
         raise CorruptRecord(
             f"batch at base offset {header.base_offset} declares {count} records but its "

@@ -493,7 +493,7 @@ class Consumer(GroupConsumerMixin):
         state.log_start_offset = log_start
         if len(data):
             state.chunks.append([data, 0])
-            state.fetch_offset = _next_offset(data)
+            state.fetch_offset = rb.next_offset(data)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -527,14 +527,3 @@ class Consumer(GroupConsumerMixin):
     def __iter__(self):
         while not self._closed:
             yield from self.poll(timeout_ms=self.fetch_max_wait_ms)
-
-
-def _next_offset(data) -> int:
-    """The offset after the last whole batch in ``data`` (headers only; nothing decoded)."""
-    pos = 0
-    end = len(data)
-    header = None
-    while pos < end:
-        header = rb.read_header(data, pos)
-        pos += header.size
-    return header.next_offset

@@ -495,6 +495,20 @@ def iter_batches(buf, verify: bool = True) -> Iterator[tuple[int, BatchHeader]]:
         pos += header.size
 
 
+def next_offset(buf) -> int:
+    """The offset after the last batch in ``buf``, which holds whole batches (at least one);
+    only headers are read."""
+    pos = 0
+    end = len(buf)
+    header = None
+    while pos < end:
+        header = read_header(buf, pos)
+        pos += header.size
+    if header is None:
+        raise ValueError("no batch in an empty buffer")
+    return header.next_offset
+
+
 PACKED_COLUMN_EXT = 1
 _COUNT = struct.Struct("<I")
 

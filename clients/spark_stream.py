@@ -1,0 +1,202 @@
+"""Micro-batch streams of a topic into Spark, with progress kept as a consumer group's
+committed offsets (so ``rafka groups describe`` shows a stream's lag like any consumer's).
+
+Each batch runs in three steps, as Spark's offset log and commit log do:
+
+1. plan: from the group's committed offsets to each partition's high watermark (at most
+   ``max_records_per_batch`` in all), and commit the *start* offsets again with the plan
+   (batch id and end offset) in their metadata;
+2. read the ranges as a DataFrame and call ``fn(df, batch_id)``;
+3. commit the end offsets, marked done.
+
+A stream that stops between 1 and 3 (a crash, an exception in ``fn``) repeats the same batch
+with the same ranges when it comes back, so a sink that writes each batch id once (replacing
+what an earlier attempt of that id wrote) sees every record exactly once.
+
+The stream commits as an administrator of its group: the group must have no members
+(NonEmptyGroup otherwise). Give each stream its own group id.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rafka.clients.spark_offsets import (
+    MicroBatch,
+    check_isolation_level,
+    parse_offsets,
+    plan_micro_batch,
+    progress_metadata,
+)
+from rafka.clients.topic_snapshot import (
+    DEFAULT_RECORDS_PER_BLOCK,
+    partition_bounds,
+    snapshot_ranges,
+)
+from rafka.types import OffsetAndMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """What one batch did: its id, ranges, records, and seconds spent reading and in ``fn``."""
+
+    batch_id: int
+    ranges: dict[int, tuple[int, int]]
+    records: int
+    replayed: bool
+    read_s: float
+    process_s: float
+
+
+class TopicStream:
+    """A running (or startable) stream; the counterpart of Spark's StreamingQuery.
+
+    ``process_available()`` runs batches in this thread until the group has caught up with
+    the high watermarks it saw; ``start()`` runs them on a thread, one every
+    ``trigger_interval_s`` at most (at once when a batch took longer), until ``stop()``."""
+
+    def __init__(
+        self,
+        spark,
+        cluster,
+        topic: str,
+        group_id: str,
+        fn: Callable[[Any, int], Any],
+        *,
+        starting_offsets: Any = "earliest",
+        max_records_per_batch: int | None = None,
+        trigger_interval_s: float = 1.0,
+        isolation_level: str = "read_committed",
+        max_records_per_partition: int = DEFAULT_RECORDS_PER_BLOCK,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be callable as fn(df, batch_id), not {fn!r}")
+        if max_records_per_batch is not None and max_records_per_batch < 1:
+            raise ValueError(
+                f"max_records_per_batch must be >= 1 or None, not {max_records_per_batch}"
+            )
+        if trigger_interval_s < 0:
+            raise ValueError(f"trigger_interval_s must be >= 0, not {trigger_interval_s}")
+        self.spark = spark
+        self.cluster = cluster
+        self.topic = topic
+        self.group_id = group_id
+        self.fn = fn
+        self.starting = parse_offsets(starting_offsets, topic, "starting_offsets")
+        self.max_records_per_batch = max_records_per_batch
+        self.trigger_interval_s = trigger_interval_s
+        self.committed_only = check_isolation_level(isolation_level) == "read_committed"
+        self.max_records_per_partition = max_records_per_partition
+        self.last_progress: BatchProgress | None = None
+        self.exception: BaseException | None = None
+        self._admin = cluster.admin()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        cluster.metadata.topic(topic)  # UnknownTopicOrPartition now, not in a thread later
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run_once(self) -> BatchProgress | None:
+        """Plan, run and commit one batch; None when there is nothing new."""
+        batch = self._plan()
+        if batch is None:
+            return None
+        if not batch.replay:
+            self._commit({p: OffsetAndMetadata(start, progress_metadata(batch.batch_id, end))
+                          for p, (start, end) in batch.ranges.items()})  # fmt: skip
+        began = time.monotonic()
+        from rafka.clients.spark import release, snapshot_dataframe
+
+        snapshot = snapshot_ranges(
+            self.cluster, self.topic, batch.ranges, self.max_records_per_partition
+        )
+        df = snapshot_dataframe(self.spark, snapshot)
+        read = time.monotonic()
+        try:
+            self.fn(df, batch.batch_id)
+        finally:
+            release(df)
+        done = time.monotonic()
+        self._commit({p: OffsetAndMetadata(end, progress_metadata(batch.batch_id))
+                      for p, (_start, end) in batch.ranges.items()})  # fmt: skip
+        progress = BatchProgress(
+            batch.batch_id, batch.ranges, snapshot.rows, batch.replay, read - began, done - read
+        )
+        self.last_progress = progress
+        log.info("stream %s of %s: batch %d, %d records%s", self.group_id, self.topic,
+                 batch.batch_id, progress.records, " (replayed)" if batch.replay else "")
+        return progress
+
+    def process_available(self) -> int:
+        """Run batches until none is left (``max_records_per_batch`` may need several);
+        returns how many ran."""
+        ran = 0
+        while not self._stopping.is_set() and self.run_once() is not None:
+            ran += 1
+        return ran
+
+    def start(self) -> "TopicStream":
+        if self._thread is not None:
+            raise RuntimeError("the stream is already started; stop() it first")
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"rafka-stream-{self.group_id}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                began = time.monotonic()
+                self.run_once()
+                wait = self.trigger_interval_s - (time.monotonic() - began)
+                if wait > 0:
+                    self._stopping.wait(wait)
+        except BaseException as e:  # handed to await_termination, as Spark does
+            log.exception("stream %s of %s stopped", self.group_id, self.topic)
+            self.exception = e
+
+    @property
+    def is_active(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop after the batch in progress (which commits first)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait for the stream to end; re-raises the exception that ended it. Returns whether
+        it has ended."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self.exception is not None:
+            raise self.exception
+        return not self.is_active
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def _plan(self) -> MicroBatch | None:
+        bounds = partition_bounds(self.cluster, self.topic)
+        committed = self._admin.list_group_offsets(
+            self.group_id, [TopicPartition(self.topic, p) for p in bounds]
+        )
+        return plan_micro_batch(
+            self.topic,
+            {tp.partition: (o.offset, o.metadata) for tp, o in committed.items()},
+            bounds, self.starting, self.max_records_per_batch, self.committed_only,
+        )  # fmt: skip
+
+    def _commit(self, offsets: dict[int, OffsetAndMetadata]) -> None:
+        self._admin.alter_group_offsets(
+            self.group_id, {TopicPartition(self.topic, p): o for p, o in offsets.items()}
+        )
