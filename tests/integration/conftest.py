@@ -80,3 +80,15 @@ def make_topic(cluster):
 @pytest.fixture
 def topic(make_topic) -> str:
     return make_topic()
+
+
+@pytest.fixture(scope="session")
+def spark(cluster):
+    """One Spark session through RayDP for the whole test session (it takes about 10 s to
+    start): one executor with one core, so the rafka actors keep the other core."""
+    from rafka.clients import spark as rspark
+
+    session = rspark.start_spark("rafka-tests", num_executors=1, executor_cores=1,
+                                 executor_memory="1g")  # fmt: skip
+    yield session
+    rspark.stop_spark()
