@@ -10,7 +10,7 @@ import argparse
 import importlib
 from types import ModuleType
 
-BENCHMARKS = ("storage", "clients", "failover", "groups")
+BENCHMARKS = ("storage", "clients", "failover", "groups", "spark")
 
 
 def main(argv: list[str] | None = None) -> None:

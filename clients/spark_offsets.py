@@ -10,6 +10,7 @@ half-open: [start, end).
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -59,8 +60,12 @@ def parse_offsets(spec: Any, topic: str, option: str) -> dict[int, int] | int:
             f"{option} must be 'earliest', 'latest', a dict {{partition: offset}} or Spark's "
             f"JSON string, not {type(spec).__name__}"
         )
-    if set(spec) and all(isinstance(k, str) and not k.lstrip("-").isdigit() for k in spec):
-        # Spark's form, keyed by topic first.
+    if set(spec) and all(isinstance(k, str) for k in spec) and (
+        any(isinstance(v, Mapping) for v in spec.values())
+        or not any(k.lstrip("-").isdigit() for k in spec)
+    ):
+        # Spark's form, keyed by topic first (a topic's name may be all digits: its value
+        # is then a mapping, where a partition's is an offset).
         unknown = sorted(set(spec) - {topic})
         if unknown:
             raise ValueError(f"{option} names topics {unknown}, but the read is of {topic!r}")
@@ -75,6 +80,8 @@ def parse_offsets(spec: Any, topic: str, option: str) -> dict[int, int] | int:
             partition = key.partition
         else:
             try:
+                if isinstance(key, bool) or not isinstance(key, (numbers.Integral, str)):
+                    raise TypeError  # 1.5 or True is no partition number, not partition 1
                 partition = int(key)
             except (TypeError, ValueError):
                 raise ValueError(f"{option}: {key!r} is not a partition number") from None

@@ -117,6 +117,7 @@ class TopicStream:
             self.cluster, self.topic, batch.ranges, self.max_records_per_partition
         )
         df = snapshot_dataframe(self.spark, snapshot)
+        records = snapshot.rows
         read = time.monotonic()
         try:
             self.fn(df, batch.batch_id)
@@ -126,7 +127,7 @@ class TopicStream:
         self._commit({p: OffsetAndMetadata(end, progress_metadata(batch.batch_id))
                       for p, (_start, end) in batch.ranges.items()})  # fmt: skip
         progress = BatchProgress(
-            batch.batch_id, batch.ranges, snapshot.rows, batch.replay, read - began, done - read
+            batch.batch_id, batch.ranges, records, batch.replay, read - began, done - read
         )
         self.last_progress = progress
         log.info("stream %s of %s: batch %d, %d records%s", self.group_id, self.topic,

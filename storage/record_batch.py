@@ -53,6 +53,7 @@ from typing import Iterator, NamedTuple, Sequence
 import crc32c as _crc32c
 import lz4.frame
 import msgpack
+import numpy as np
 import zstandard
 
 from rafka.errors import CorruptRecord, UnsupportedCompressionType
@@ -551,7 +552,7 @@ def parse_packed_column(payload) -> PackedColumn:
         raise CorruptRecord(f"packed column declares {count} lengths but holds fewer")
     lengths = view[4:end].cast("i")
     data = view[end:]
-    if sum(n for n in lengths if n > 0) != len(data):
+    if int(np.frombuffer(lengths, dtype=np.int32).clip(min=0).sum()) != len(data):
         raise CorruptRecord("packed column's lengths do not add up to its data")
     return PackedColumn(lengths, data)
 

@@ -3,26 +3,18 @@ partitions spread over the disks, and a replica follows its disk, not its Ray no
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+from tests.integration.script_report import run_script
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "multi_node_script.py")
 
 
 @pytest.mark.slow
 def test_replicas_live_on_their_disks_and_come_back_with_them(tmp_path):
-    # Its own process: the test session's process already holds a Ray connection.
-    done = subprocess.run(
-        [sys.executable, SCRIPT, str(tmp_path / "data")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    report = json.loads(lines[-1][len("REPORT "):])
+    report = run_script(SCRIPT, str(tmp_path / "data"))
     brokers = report["brokers"]
     assert sorted(brokers) == ["disk-a", "disk-b"]
     placed = {broker for replicas in report["replicas"] for broker in replicas}

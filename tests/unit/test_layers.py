@@ -15,3 +15,16 @@ def test_storage_and_cluster_import_without_ray():
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_spark_client_modules_import_without_pyspark_or_raydp():
+    """The Spark clients load pyspark and raydp only when a Spark call runs, so a Ray
+    program may use snapshots and offsets (and the CLI its help) without either."""
+    code = (
+        "import sys\n"
+        "import rafka.clients.spark, rafka.clients.spark_offsets, rafka.clients.spark_stream\n"
+        "import rafka.clients.topic_snapshot, rafka.clients.spark_writer\n"
+        "heavy = [m for m in ('pyspark', 'raydp') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
