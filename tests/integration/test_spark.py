@@ -274,3 +274,27 @@ def test_blocks_are_made_and_owned_on_a_node_holding_a_replica(tmp_path):
         replicas = report["replica_disks"][str(block["partition"])]
         assert block["maker"] in replicas
         assert block["located"] == [block["maker"]], block
+
+
+def test_a_replica_answers_produce_and_fetch_while_it_encodes_a_large_block(
+    cluster, make_topic
+):
+    import pyarrow as pa
+    import ray
+
+    topic = make_topic(partitions=1)
+    producer = cluster.producer()
+    values = pa.array([b"x" * 100] * 400_000)
+    producer.send_batch(topic, values, partition=0).result()
+    meta = cluster.metadata.topic(topic)
+    replica = cluster.metadata.replica(meta, 0)
+    export = replica.export_block.remote(0, 400_000)
+    # Sent after the export, answered before it: the encoding is off the event loop.
+    fetch = replica.fetch.remote(0, 1024, 1, 0)
+    sent = producer.send(topic, value=b"during the export", partition=0)
+    ready, _ = ray.wait([export, fetch], num_returns=1, timeout=60)
+    assert ready == [fetch] and ray.get(fetch)[0] == 0
+    assert sent.result(timeout=60).offset == 400_000
+    errno, _message, refs, rows = ray.get(export)
+    assert errno == 0 and rows == 400_000 and len(refs) == 1
+    producer.close()
