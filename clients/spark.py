@@ -151,8 +151,9 @@ def snapshot_dataframe(spark, snapshot: TopicSnapshot):
         import ray
 
         refs = snapshot.refs
-        core_worker = ray._private.worker.global_worker.core_worker
         # Spark prefers, for each block, the host of the process that owns it: the replica.
+        # (The owner address comes from Ray's core worker, as RayDP's own conversion gets it.)
+        core_worker = ray._private.worker.global_worker.core_worker
         owners = [core_worker.get_owner_address(ref) for ref in refs]
         jvm = spark.sparkContext._jvm
         rdd = jvm.org.apache.spark.rdd.RayDatasetRDD(

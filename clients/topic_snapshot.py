@@ -21,7 +21,7 @@ from rafka.clients.spark_offsets import (
     resolve_range,
     split_ranges,
 )
-from rafka.errors import RafkaError, error_class
+from rafka.errors import NotLeaderOrFollower, RafkaError, error_class
 
 #: Records per block unless asked otherwise (about 130 MB of 100-byte records in Arrow).
 DEFAULT_RECORDS_PER_BLOCK = 1_000_000
@@ -80,8 +80,6 @@ def _describe_leaders(cluster, topic: str) -> list[dict]:
     described = cluster.admin().partition_offsets(topic)
     for d in described:
         if d["role"] != "leader":
-            from rafka.errors import NotLeaderOrFollower
-
             cluster.metadata.invalidate(topic)
             raise NotLeaderOrFollower(f"{topic}-{d['partition']}'s leader moved; retrying")
     return described
