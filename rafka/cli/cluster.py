@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 from rafka.cli.arguments import config_pair, disk_name
 from rafka.cli.connect import (
@@ -154,45 +154,186 @@ def _start_ray_head() -> None:
         raise BrokerNotAvailable(f"`ray start --head` failed with status {done.returncode}")
 
 
+#: Rows of the topic and problem-partition tables ``rafka status`` prints without --all.
+MAX_ROWS = 20
+
+
 def add_status(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "status",
-        help="show the brokers and topic counts of the running services",
-        description="Attach to the running services and show the controller, the brokers (one "
-        "per data disk) and how many topics and partitions there are. Exit 1 if none run.",
+        help="show brokers, topics, partition health and consumer groups at a glance",
+        description="Attach to the running services and show the cluster at a glance: the "
+        "controller; the brokers (one per data disk) with their node, disk usage and how many "
+        "partition replicas each holds and leads; the topics with their leaders and replicas "
+        "per broker (internal topics counted apart); the partitions that are under-replicated "
+        "or offline; the consumer groups with their state and total lag. Exit 1 if no "
+        "services run. `rafka groups describe GROUP` shows one group in full.",
     )
     add_connection_options(parser)
-    parser.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the same facts as one JSON object (every topic, problem "
+                        "partition and per-partition lag included)")  # fmt: skip
+    parser.add_argument("--groups-detail", action="store_true",
+                        help="also list each group's committed offset, log end offset and lag "
+                        "per partition")  # fmt: skip
+    parser.add_argument("--all", action="store_true",
+                        help=f"list every topic and problem partition (default: the first "
+                        f"{MAX_ROWS} of each)")  # fmt: skip
     parser.set_defaults(handler=_status)
 
 
 def _status(args: argparse.Namespace) -> int:
+    from rafka.clients.cluster_status import cluster_overview
+
     with connected(args, need_ray=True) as cluster:
-        status = cluster.status()
+        overview = cluster_overview(cluster.admin())
     if args.json:
-        args.out.write(json.dumps(status, indent=2, sort_keys=True) + "\n")
+        document = {"namespace": cluster.namespace, **overview}
+        args.out.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:
-        args.out.write(f"rafka in Ray namespace {cluster.namespace!r}\n")
-        _write_status(status, args.out)
+        args.out.write(status_text(overview, cluster.namespace, groups_detail=args.groups_detail,
+                                   max_rows=None if args.all else MAX_ROWS))  # fmt: skip
     return 0
 
 
+def status_text(
+    overview: Mapping[str, Any], namespace: str | None = None, groups_detail: bool = False,
+    max_rows: int | None = MAX_ROWS,
+) -> str:  # fmt: skip
+    """``rafka status`` as text: a ``cluster_overview`` (see rafka.clients.cluster_status),
+    at most ``max_rows`` topics and problem partitions (None: all)."""
+    lines: list[str] = []
+    if namespace is not None:
+        lines.append(f"rafka in Ray namespace {namespace!r}\n")
+    lines.append(_controller_line(overview))
+    brokers = overview["brokers"]
+    alive = sum(1 for b in brokers if b["alive"])
+    if brokers:
+        lines.append(f"brokers: {len(brokers)}, {'all' if alive == len(brokers) else alive} "
+                     "alive\n" + _broker_table(brokers))  # fmt: skip
+    else:
+        lines.append("brokers: none registered\n")
+    lines.append(_topics_text(overview, max_rows))
+    lines.append(_problems_text(overview, max_rows))
+    lines.append(_groups_text(overview, groups_detail))
+    return "".join(lines)
+
+
 def _write_status(status: dict[str, Any], out) -> None:
-    out.write(
-        f"controller: disk {status['controller_disk']!r}, metadata offset "
-        f"{status['metadata_offset']}\n"
-    )
-    rows = [["BROKER", "DISK", "ALIVE", "NODE", "FREE DISK", "DIRECTORY"]]
-    for b in status["brokers"]:
-        free = b.get("disk_free_bytes")
-        total = b.get("disk_total_bytes")
-        rows.append([
-            str(b["broker_id"]), b["disk"], "yes" if b["alive"] else "NO", b.get("node_ip", "-"),
-            "-" if free is None else f"{human_size(free)} of {human_size(total)}",
-            b.get("directory", "-"),
-        ])  # fmt: skip
-    out.write(format_table(rows, indent="  ") if status["brokers"] else "  no brokers registered\n")
+    """The controller's ``describe_cluster`` answer as ``rafka up`` prints it."""
+    out.write(_controller_line(status))
+    out.write(_broker_table(status["brokers"]))
     out.write(f"topics: {status['topics']}, partitions: {status['partitions']}\n")
+
+
+def _controller_line(status: Mapping[str, Any]) -> str:
+    return (f"controller: disk {status['controller_disk']!r}, metadata offset "
+            f"{status['metadata_offset']}\n")  # fmt: skip
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _limited(rows: list[list[str]], max_rows: int | None, what: str) -> str:
+    """The table of ``rows`` (a header first) cut to ``max_rows`` with a line saying so."""
+    shown = rows if max_rows is None else rows[: max_rows + 1]
+    text = format_table(shown, indent="  ")
+    if len(shown) < len(rows):
+        text += f"  ... and {len(rows) - len(shown)} more {what} (--all or --json: all)\n"
+    return text
+
+
+def _broker_table(brokers: list[Mapping[str, Any]]) -> str:
+    """A row per broker; REPLICAS and LEADERS when the brokers carry those counts, RACK when
+    any broker has one. Takes ``BrokerStatus`` dicts or the controller's raw ones."""
+    if not brokers:
+        return "  no brokers registered\n"
+    counts = all("replicas" in b for b in brokers)
+    racks = any(b.get("rack") for b in brokers)
+    rows = [["BROKER", "DISK", *(["RACK"] if racks else []), "NODE", "ALIVE", "USED",
+             "FREE DISK", *(["REPLICAS", "LEADERS"] if counts else []), "DIRECTORY"]]
+    for b in brokers:
+        free, total = b.get("disk_free_bytes"), b.get("disk_total_bytes")
+        known = free is not None and total is not None
+        if not b.get("registered", True):
+            alive = "unknown"
+        else:
+            alive = ("fenced" if b.get("fenced") else "yes") if b["alive"] else "NO"
+        rows.append([
+            str(b["broker_id"]), b["disk"], *([b.get("rack") or "-"] if racks else []),
+            b.get("node_ip") or "-", alive,
+            f"{100 * (total - free) / total:.0f}%" if known and total else "-",
+            f"{human_size(free)} of {human_size(total)}" if known else "-",
+            *([str(b["replicas"]), str(b["leaders"])] if counts else []),
+            b.get("directory") or "-",
+        ])  # fmt: skip
+    return format_table(rows, indent="  ")
+
+
+def _placement(topic: Mapping[str, Any]) -> str:
+    """Per broker: partitions led / replicas held, as "0:2/3 1:1/3"."""
+    return " ".join(f"{p['broker_id']}:{len(p['leaders'])}/{len(p['replicas'])}"
+                    for p in topic["placement"]) or "-"  # fmt: skip
+
+
+def _topics_text(overview: Mapping[str, Any], max_rows: int | None) -> str:
+    internal = [t for t in overview["topic_list"] if t["internal"]]
+    head = f"topics: {overview['topics']}, partitions: {overview['partitions']}"
+    if internal:
+        head += "; internal: " + ", ".join(
+            f"{t['name']} ({t['partitions']} partitions)" for t in internal
+        )
+    if not overview["topic_list"]:
+        return head + "\n"
+    rows = [["TOPIC", "PARTITIONS", "RF", "LEADERS/REPLICAS PER BROKER", "UNDER-REPLICATED",
+             "OFFLINE"]]  # fmt: skip
+    rows += [[t["name"], str(t["partitions"]), str(t["replication_factor"]), _placement(t),
+              str(t["under_replicated"]), str(t["offline"])]
+             for t in overview["topic_list"]]  # fmt: skip
+    return head + "\n" + _limited(rows, max_rows, "topics")
+
+
+def _problems_text(overview: Mapping[str, Any], max_rows: int | None) -> str:
+    head = (f"under-replicated partitions: {overview['under_replicated_partitions']}, "
+            f"offline partitions: {overview['offline_partitions']}\n")  # fmt: skip
+    problems = overview["problem_partitions"]
+    if not problems:
+        return head
+    rows = [["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "STATE"]]
+    rows += [[p["topic"], str(p["partition"]), "-" if p["leader"] < 0 else str(p["leader"]),
+              ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])) or "-",
+              ", ".join(s for s, on in (("offline", p["offline"]),
+                                        ("under-replicated", p["under_replicated"])) if on)]
+             for p in problems]  # fmt: skip
+    return head + _limited(rows, max_rows, "partitions")
+
+
+def _groups_text(overview: Mapping[str, Any], detail: bool) -> str:
+    if overview.get("groups_error"):
+        return f"consumer groups: could not be listed: {overview['groups_error']}\n"
+    groups = overview["groups"]
+    if not groups:
+        return "consumer groups: 0\n"
+    failed = sum(1 for g in groups if g["error"])
+    total = sum(g["total_lag"] or 0 for g in groups)
+    head = f"consumer groups: {len(groups)}, total lag: {total}"
+    head += f" ({failed} could not be described)\n" if failed else "\n"
+    rows = [["GROUP", "STATE", "MEMBERS", "PARTITIONS", "LAG", *(["ERROR"] if failed else [])]]
+    rows += [[g["group_id"], g["state"], str(g["members"]),
+              "-" if g["error"] else str(len(g["offsets"])), _dash(g["total_lag"]),
+              *([g["error"] or ""] if failed else [])]
+             for g in groups]  # fmt: skip
+    text = head + format_table(rows, indent="  ")
+    offsets = [(g["group_id"], o) for g in groups for o in g["offsets"]]
+    if detail and offsets:
+        rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                 "MEMBER-ID"]]  # fmt: skip
+        rows += [[group, o["topic"], str(o["partition"]), _dash(o["committed"]),
+                  _dash(o["log_end_offset"]), _dash(o["lag"]), o["member_id"] or "-"]
+                 for group, o in offsets]  # fmt: skip
+        text += "lag per partition:\n" + format_table(rows, indent="  ")
+    return text
 
 
 def add_down(commands: argparse._SubParsersAction) -> None:
