@@ -1,8 +1,9 @@
 """Failover: how long acks=all writes stop when a partition's leader dies, and what acks=all
 on RF=3 costs next to acks=1 on RF=1, on one multi-node LocalCluster.
 
-Run ``python -m bench failover [--failover-runs 5] [--failover-disks 3]
-[--failover-records 300000]``. In one run:
+Two workloads of the harness, ``produce-all`` (1) and ``failover`` (2), which share one
+LocalCluster when run together: ``python -m bench produce-all failover [--failover-runs 5]
+[--failover-disks 3] [--failover-records 300000] [--failover-rounds 2]``. In one run:
 
 1. A LocalCluster (``ray.cluster_utils``: a head node with the controller and this driver, one
    node per disk) with ``broker.session.timeout.ms=1000`` (the default), and two throughput
@@ -22,7 +23,8 @@ Run ``python -m bench failover [--failover-runs 5] [--failover-disks 3]
    rejoins the ISR, and a preferred-leader election (``admin.elect_leaders``) gives it the
    leadership back, so every run kills a leader in the same state.
 
-The results are printed as a table and saved to bench/results/failover.json with the machine.
+The results are printed as tables and saved to bench/results/produce-all.json and
+failover.json with the machine.
 The aim is a median failover under ``TARGET_S``.
 """
 
@@ -31,19 +33,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import statistics
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from rafka.actors.local_cluster import LocalCluster, wait_for
 
-RESULTS_PATH = Path(__file__).resolve().parent / "results" / "failover.json"
-DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data" / "failover"
 NAMESPACE = "rafka-bench-failover"
 SETTINGS = {
     "broker.session.timeout.ms": 1000,
@@ -56,14 +56,16 @@ WARM_UP_S = 1.0
 GIVE_UP_S = 60.0
 
 
+TINY = {"failover_runs": 1, "failover_records": 5_000, "failover_rounds": 1}
+
+
 def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--failover-runs", type=int, default=5, help="leader kills (default 5)")
     group.add_argument("--failover-disks", type=int, default=3, help="disk nodes (default 3)")
     group.add_argument("--failover-records", type=int, default=300_000,
                        help="records per throughput round (default 300000)")  # fmt: skip
     group.add_argument("--failover-rounds", type=int, default=2,
-                       help="throughput rounds, best kept (default 2)")  # fmt: skip
-    group.add_argument("--failover-value-size", type=int, default=100, help="bytes per value")
+                       help="produce-all rounds, best kept (default 2)")  # fmt: skip
 
 
 # -- throughput --------------------------------------------------------------------------------
@@ -184,73 +186,116 @@ def one_failover(local, cluster, topic: str, value: bytes, disk_of: dict[int, st
 # -- the run -----------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> None:
-    from bench.storage import environment
-
-    value = os.urandom(args.failover_value_size)
-    disks = [f"d{i + 1}" for i in range(args.failover_disks)]
-    if len(disks) < 3:
-        raise SystemExit("the failover benchmark needs --failover-disks >= 3 (RF=3)")
-    shutil.rmtree(DATA_DIR, ignore_errors=True)
-    local = LocalCluster(str(DATA_DIR), disks, namespace=NAMESPACE, settings=SETTINGS)
-    began = time.monotonic()
-    print(f"failover benchmark: starting a LocalCluster with {len(disks)} disk nodes",
-          file=sys.stderr)  # fmt: skip
-    cluster = local.start()
-    started_s = time.monotonic() - began
+def start_local(disks: int, data_dir: Path) -> tuple[LocalCluster, Any]:
+    """A LocalCluster with ``disks`` disk nodes (at least 3, for RF=3) and SETTINGS, its data
+    under ``data_dir``; answers (LocalCluster, rafka Cluster)."""
+    if disks < 3:
+        raise SystemExit("produce-all and failover need --failover-disks >= 3 (RF=3)")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    local = LocalCluster(str(data_dir), [f"d{i + 1}" for i in range(disks)], namespace=NAMESPACE,
+                         settings=SETTINGS)  # fmt: skip
     try:
-        admin = cluster.admin()
-        disk_of = {b.broker_id: b.disk for b in admin.brokers()}
-        admin.create_topic("rf3", 1, 3, {"min.insync.replicas": 2})
-        admin.create_topic("rf1", 1, 1)
-        wait_for(lambda: len(admin.describe_topic("rf3").partitions[0].isr) == 3, 60, "rf3")
-        rounds = []
-        for i in range(args.failover_rounds):
-            row = {
-                "acks_all_rf3": throughput(cluster, "rf3", args.failover_records, value,
-                                           acks="all", enable_idempotence=True),
-                "acks_1_rf1": throughput(cluster, "rf1", args.failover_records, value, acks=1),
-            }  # fmt: skip
-            rounds.append(row)
-            print(f"throughput round {i + 1}: " + json.dumps(row), file=sys.stderr)
+        cluster = local.start()
+    except BaseException:
+        local.shutdown()
+        raise
+    return local, cluster
 
-        admin.create_topic("failover", 1, 3, {"min.insync.replicas": 2})
-        wait_for(lambda: len(admin.describe_topic("failover").partitions[0].isr) == 3, 60,
-                  "the failover topic")  # fmt: skip
-        runs = []
+
+def stop_local(local: LocalCluster) -> None:
+    try:
+        local.shutdown()
+    finally:
+        shutil.rmtree(local.data_dir, ignore_errors=True)
+
+
+def _topic(cluster, prefix: str, replicas: int, config: dict | None = None) -> str:
+    admin = cluster.admin()
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(name, 1, replicas, config)
+    wait_for(lambda: len(admin.describe_topic(name).partitions[0].isr) == replicas, 60,
+             f"{name}'s {replicas} replicas in the ISR")  # fmt: skip
+    return name
+
+
+def produce_all_workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
+    """``produce-all``: rounds of acks=all on RF=3 (min.insync.replicas=2, idempotent) next to
+    acks=1 on RF=1, one producer, one partition, per record and in bulk."""
+    from bench.harness import row
+
+    local, cluster = ctx.local()
+    value = os.urandom(args.value_size)
+    rf3 = _topic(cluster, "rf3", 3, {"min.insync.replicas": 2})
+    rf1 = _topic(cluster, "rf1", 1)
+    rounds = []
+    try:
+        for i in range(args.failover_rounds):
+            r = {
+                "acks_all_rf3": throughput(cluster, rf3, args.failover_records, value,
+                                           acks="all", enable_idempotence=True),
+                "acks_1_rf1": throughput(cluster, rf1, args.failover_records, value, acks=1),
+            }  # fmt: skip
+            rounds.append(r)
+            print(f"produce-all round {i + 1}: " + json.dumps(r), file=sys.stderr)
+    finally:
+        admin = cluster.admin()
+        for topic in (rf3, rf1):
+            admin.delete_topic(topic)
+    best = {f"{side}.{path}": max(r[side][path] for r in rounds)
+            for side in rounds[0] for path in rounds[0][side]}  # fmt: skip
+    report = {
+        "disks": len(local.disks), "settings": SETTINGS, "value_size": args.value_size,
+        "records": args.failover_records, "throughput_rounds": rounds, "throughput": best,
+        "peer": "none: Tansu (memory storage) does not replicate, so RF=3 has no peer here",
+    }  # fmt: skip
+    print(render_throughput(report))
+    rows = [
+        row("acks=all RF=3, per record", "records/s", best["acks_all_rf3.per_record"],
+            baseline=best["acks_1_rf1.per_record"], baseline_label="acks=1 RF=1"),
+        row("acks=all RF=3, bulk (send_batch)", "records/s", best["acks_all_rf3.bulk"],
+            baseline=best["acks_1_rf1.bulk"], baseline_label="acks=1 RF=1"),
+    ]  # fmt: skip
+    return {"rows": rows, "report": report}
+
+
+def failover_workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
+    """``failover``: ``--failover-runs`` leader kills of a RF=3 partition."""
+    from bench.harness import row
+
+    local, cluster = ctx.local()
+    value = os.urandom(args.value_size)
+    admin = cluster.admin()
+    disk_of = {b.broker_id: b.disk for b in admin.brokers()}
+    topic = _topic(cluster, "failover", 3, {"min.insync.replicas": 2})
+    runs = []
+    try:
         for i in range(args.failover_runs):
-            runs.append(one_failover(local, cluster, "failover", value, disk_of))
+            runs.append(one_failover(local, cluster, topic, value, disk_of))
             print(f"failover run {i + 1}: " + json.dumps(runs[-1]), file=sys.stderr)
     finally:
-        local.shutdown()
-        shutil.rmtree(DATA_DIR, ignore_errors=True)
+        admin.delete_topic(topic)
     report = {
-        "command": reproduce_command(args),
-        "environment": environment(str(DATA_DIR)),
-        "disks": len(disks),
-        "settings": SETTINGS,
-        "value_size": args.failover_value_size,
-        "records": args.failover_records,
-        "start_s": started_s,
-        "total_s": time.monotonic() - began,
-        "throughput_rounds": rounds,
-        "throughput": {
-            f"{side}.{path}": max(r[side][path] for r in rounds)
-            for side in rounds[0] for path in rounds[0][side]
-        },
+        "disks": len(local.disks), "settings": SETTINGS, "value_size": args.value_size,
         "runs": runs,
         "failover": summarise([r["failover_s"] for r in runs if r["failover_s"] is not None]),
         "elected": summarise([r["elected_s"] for r in runs if r["elected_s"] is not None]),
         "target_s": TARGET_S,
+        "peer": "none: a single Tansu broker has no leader to fail over",
     }  # fmt: skip
     median = report["failover"]["median"]
     report["met"] = median is not None and median < TARGET_S and all(
         r["failover_s"] is not None for r in runs
     )
-    print(render(report))
-    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS_PATH.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"results: {RESULTS_PATH}")
+    print(render_failover(report))
+    failed = [r for r in runs if r["failover_s"] is None]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(runs)} failovers never acknowledged a write: "
+                           f"{failed[0].get('error')}")  # fmt: skip
+    rows = [
+        row("first ack after leader kill, median", "s", median),
+        row("new leader in metadata, median", "s", report["elected"]["median"]),
+    ]
+    return {"rows": rows, "report": report}
 
 
 def summarise(values: list[float]) -> dict[str, Any]:
@@ -259,35 +304,29 @@ def summarise(values: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(values), "max": max(values), "min": min(values)}
 
 
-def reproduce_command(args: argparse.Namespace) -> str:
-    return shlex.join([
-        "python", "-m", "bench", "failover", "--failover-runs", str(args.failover_runs),
-        "--failover-disks", str(args.failover_disks), "--failover-records",
-        str(args.failover_records), "--failover-rounds", str(args.failover_rounds),
-    ])  # fmt: skip
-
-
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
-def render(report: dict[str, Any]) -> str:
+def render_throughput(report: dict[str, Any]) -> str:
     tput = report["throughput"]
     lines = [
-        f"rafka failover benchmark: LocalCluster with {report['disks']} disk nodes on "
-        f"{report['environment']['cpus']} CPUs, broker.session.timeout.ms="
-        f"{report['settings']['broker.session.timeout.ms']}",
-        "",
-        f"throughput, one producer, one partition, {report['records']:,} records of "
-        f"{report['value_size']} bytes (best of {len(report['throughput_rounds'])})",
+        f"\nproduce-all: LocalCluster with {report['disks']} disk nodes, one producer, one "
+        f"partition, {report['records']:,} records of {report['value_size']} bytes (best of "
+        f"{len(report['throughput_rounds'])})",
         f"{'path':<28}{'acks=all RF=3':>16}{'acks=1 RF=1':>14}{'ratio':>8}",
     ]
     for path, label in (("per_record", "per record (send, flush)"),
                         ("bulk", "bulk (send_batch)")):  # fmt: skip
         rf3, rf1 = tput[f"acks_all_rf3.{path}"], tput[f"acks_1_rf1.{path}"]
         lines.append(f"{label:<28}{rf3:>16,.0f}{rf1:>14,.0f}{rf3 / rf1:>8.2f}")
-    lines += [
-        "",
+    return "\n".join(lines)
+
+
+def render_failover(report: dict[str, Any]) -> str:
+    lines = [
+        f"\nfailover: LocalCluster with {report['disks']} disk nodes, broker.session.timeout.ms="
+        f"{report['settings']['broker.session.timeout.ms']}",
         "leader's node killed -> first acks=all ack of a write sent after the kill",
         f"{'run':>4}{'disk':>6}{'leader':>9}{'epoch':>8}{'elected s':>11}{'first ack s':>13}"
         f"{'rejoin s':>10}  errors seen by the producer",
@@ -301,10 +340,9 @@ def render(report: dict[str, Any]) -> str:
             f"{r['rejoin_s']:>10.1f}  {', '.join(r['errors_seen']) or '-'}"
         )
     f, e = report["failover"], report["elected"]
-    lines += [
+    lines.append(
         f"first ack after the kill: median {_seconds(f['median'])}, max {_seconds(f['max'])} "
         f"(new leader in metadata: median {_seconds(e['median'])}); aim: median < "
-        f"{report['target_s']:g} s: {'met' if report['met'] else 'NOT met'}",
-        f"reproduce: {report['command']}   ({report['total_s']:.0f} s)",
-    ]
+        f"{report['target_s']:g} s: {'met' if report['met'] else 'NOT met'}"
+    )
     return "\n".join(lines)

@@ -2,14 +2,18 @@
 and how long a rebalance takes when a member joins and when one dies; rafka next to the
 peer (confluent-kafka consumers against a Tansu broker) in the same run.
 
-Run ``python -m bench groups [--groups-records 1200000] [--groups-no-peer]``. Per side:
+Run ``python -m bench group [--groups-records 1200000] [--no-peer]`` (``groups`` is the older
+name). Per side:
 
 1. ``--groups-records`` 100-byte records are produced into a fresh six-partition topic.
 2. Three consumers, each in its own process (Ray actors for rafka, OS processes for the
    peer), subscribe with one group id; each polls in a loop and stamps (wall clock) its
    first and last record and every change of its assignment. Throughput is the records
-   divided by the time from the group's first record to its last, so the join before the
-   first record (group.initial.rebalance.delay.ms, 3 s by default) is not counted. rafka's
+   read inside the timed window divided by its length: the window opens when the first
+   member's first poll that returns records starts, if that member was assigned before the
+   poll (else when that poll ends, and its records are not counted), and closes when the
+   last record arrives. So the join (group.initial.rebalance.delay.ms, 3 s by default) is not
+   counted, nor are records whose fetch time is not. rafka's
    members read with ``poll`` (a Record object per record, as the peer's ``consume`` makes
    a Message per record); a second group of three then reads the topic again with
    ``poll_columns`` (Arrow tables, the bulk path).
@@ -23,7 +27,7 @@ Both sides use the same session timeout and heartbeat interval (``SESSION_TIMEOU
 ``HEARTBEAT_INTERVAL_MS``) and the brokers' default initial rebalance delay: the rebalance
 figures are dominated by them (existing members learn of a rebalance on their next
 heartbeat; a dead member is noticed when its session expires), not by the machinery.
-Results are printed and saved to bench/results/groups.json.
+Results are printed and saved to bench/results/group.json by the harness.
 """
 
 from __future__ import annotations
@@ -32,62 +36,70 @@ import argparse
 import json
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-from bench.embedded import start_embedded
-
-RESULTS_PATH = Path(__file__).resolve().parent / "results" / "groups.json"
-DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data" / "groups"
-NAMESPACE = "rafka-bench-groups"
 PARTITIONS = 6
 SESSION_TIMEOUT_MS = 6_000
 HEARTBEAT_INTERVAL_MS = 500
 GIVE_UP_S = 120.0
 
 
+TINY = {"groups_records": 60_000}  # several polls per member: a first poll is not timed
+
+
 def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--groups-records", type=int, default=1_200_000,
-                       help="records read by the group (default 1200000)")  # fmt: skip
-    group.add_argument("--groups-no-peer", action="store_true",
-                       help="measure rafka only (no Tansu broker)")  # fmt: skip
+                       help="records read by the group (default 1200000)")
+    group.add_argument("--groups-no-rebalances", dest="groups_rebalances", action="store_false",
+                       help="time the read only, not the rebalances on join and on death")
+    group.add_argument("--groups-no-peer", dest="no_peer", action="store_true",
+                       help="the same as --no-peer")  # fmt: skip
 
 
 # -- one member, either side -------------------------------------------------------------------
 
 
 class Stamps:
-    """What a member reports: records read, first/last record time and its assignment
-    history [(wall time, partitions owned)]."""
+    """What a member reports: records read (all, and inside its timed window), when the
+    window opened and when the last record came, and its assignment history
+    [(wall time, partitions owned)]."""
 
     def __init__(self) -> None:
         self.read = 0
+        self.timed = 0
         self.first: float | None = None
         self.last: float | None = None
         self.assignments: list[tuple[float, int]] = []
 
-    def got(self, n: int) -> None:
-        if n:
-            now = time.time()
-            self.first = self.first or now
-            self.last = now
-            self.read += n
+    def got(self, n: int, began: float | None) -> None:
+        """``n`` records from a poll that started at ``began`` (wall clock), or None when
+        the member had no partitions as the poll started (it may have joined inside it)."""
+        if not n:
+            return
+        now = time.time()
+        if self.first is None:
+            self.first = now if began is None else began
+            if began is not None:
+                self.timed += n
+        else:
+            self.timed += n
+        self.last = now
+        self.read += n
 
     def owned(self, n: int) -> None:
         if not self.assignments or self.assignments[-1][1] != n:
             self.assignments.append((time.time(), n))
 
     def report(self) -> dict[str, Any]:
-        return {"read": self.read, "first": self.first, "last": self.last,
+        return {"read": self.read, "timed": self.timed, "first": self.first, "last": self.last,
                 "assignments": list(self.assignments)}  # fmt: skip
 
 
 def _rafka_member_class():
-    import sys
-
     import ray
     from ray import cloudpickle
 
@@ -110,10 +122,12 @@ def _rafka_member_class():
 
         def _run(self) -> None:
             while True:
+                began = time.time() if self.consumer.assignment() else None
                 if self.columns:
-                    self.stamps.got(self.consumer.poll_columns(timeout_ms=100).num_rows)
+                    n = self.consumer.poll_columns(timeout_ms=100).num_rows
                 else:
-                    self.stamps.got(len(self.consumer.poll(timeout_ms=100)))
+                    n = len(self.consumer.poll(timeout_ms=100))
+                self.stamps.got(n, began)
                 self.stamps.owned(len(self.consumer.assignment()))
 
         def report(self) -> dict[str, Any]:
@@ -148,8 +162,9 @@ def _peer_member(bootstrap: str, topic: str, group: str, reports) -> None:
     consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
     sent = 0.0
     while True:
+        began = time.time() if owned else None
         messages = consumer.consume(num_messages=10_000, timeout=0.1)
-        stamps.got(sum(1 for m in messages if m.error() is None))
+        stamps.got(sum(1 for m in messages if m.error() is None), began)
         stamps.owned(len(owned))
         if time.monotonic() - sent > 0.05:
             sent = time.monotonic()
@@ -181,8 +196,13 @@ def measure(
     reports = wait(lambda rs: sum(r["read"] for r in rs) >= records, "the group to read all")
     first = min(r["first"] for r in reports if r["first"])
     last = max(r["last"] for r in reports if r["last"])
+    timed = sum(r["timed"] for r in reports)
+    if timed == 0 or last <= first:
+        raise RuntimeError(f"every member read all its records in its first poll: too few "
+                           f"records ({records}) to time the group's read")  # fmt: skip
     out: dict[str, Any] = {
-        "records_per_s": records / (last - first),
+        "records_per_s": timed / (last - first),
+        "records_timed": timed,
         "shares_while_reading": shares(reports),
     }
     if not rebalances:
@@ -204,21 +224,22 @@ def measure(
     return out
 
 
-def run_rafka(records: int, value: bytes) -> dict[str, Any]:
+def run_rafka(cluster, records: int, value: bytes, rebalances: bool = True) -> dict[str, Any]:
+    import pyarrow as pa
     import ray
 
-    cluster = start_embedded(DATA_DIR, NAMESPACE)
+    admin = cluster.admin()
+    topic = f"groups-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(topic, partitions=PARTITIONS)
     try:
-        topic = "groups-bench"
-        cluster.admin().create_topic(topic, partitions=PARTITIONS)
         producer = cluster.producer(acks=1, linger_ms=5)
         per_partition = records // PARTITIONS
-        for p in range(PARTITIONS):
-            import pyarrow as pa
-
-            producer.send_batch(topic, pa.array([value] * per_partition, pa.binary()),
-                                partition=p).result()  # fmt: skip
-        producer.close()
+        try:
+            for p in range(PARTITIONS):
+                producer.send_batch(topic, pa.array([value] * per_partition, pa.binary()),
+                                    partition=p).result()  # fmt: skip
+        finally:
+            producer.close()
         member_class = _rafka_member_class()
         figures = {}
         for columns in (False, True):  # poll (Record objects), then poll_columns (Arrow)
@@ -227,73 +248,98 @@ def run_rafka(records: int, value: bytes) -> dict[str, Any]:
                 lambda g=group, c=columns: member_class.remote(cluster, topic, g, c),
                 lambda ms: ray.get([m.report.remote() for m in ms]),
                 lambda m: ray.kill(m, no_restart=True),
-                per_partition * PARTITIONS, rebalances=not columns,
+                per_partition * PARTITIONS, rebalances=rebalances and not columns,
             )  # fmt: skip
     finally:
-        cluster.shutdown()
-        ray.shutdown()
+        admin.delete_topic(topic)
     return figures
 
 
-def run_peer(records: int, value_size: int) -> dict[str, Any]:
+def run_peer(bootstrap: str, records: int, value_size: int, rebalances: bool = True) -> dict:
     from bench import peer
 
-    with peer.TansuBroker() as broker:
-        topic = f"groups-{uuid.uuid4().hex[:6]}"
-        peer.create_topic(broker.bootstrap, topic, PARTITIONS)
-        peer.produce(broker.bootstrap, topic, records, value_size, acks=1, idempotent=False)
+    topic = f"groups-{uuid.uuid4().hex[:6]}"
+    peer.create_topic(bootstrap, topic, PARTITIONS)
+    try:
+        peer.produce(bootstrap, topic, records, value_size, acks=1, idempotent=False)
         context = multiprocessing.get_context("spawn")
         reports = context.Queue()
         latest: dict[int, dict] = {}
         group = f"bench-{uuid.uuid4().hex[:6]}"
+        started: list = []
 
         def start():
             process = context.Process(
-                target=_peer_member, args=(broker.bootstrap, topic, group, reports), daemon=True
+                target=_peer_member, args=(bootstrap, topic, group, reports), daemon=True
             )
             process.start()
+            started.append(process)
             return process
 
         def reports_of(processes) -> list[dict]:
             while not reports.empty():
                 pid, report = reports.get()
                 latest[pid] = report
-            empty = {"read": 0, "first": None, "last": None, "assignments": []}
+            empty = {"read": 0, "timed": 0, "first": None, "last": None, "assignments": []}
             return [latest.get(p.pid, empty) for p in processes]
 
         def kill(process) -> None:
             process.kill()
             process.join()
 
-        return measure(start, reports_of, kill, records)
-
-
-def run(args: argparse.Namespace) -> None:
-    value = os.urandom(100)
-    report: dict[str, Any] = {
-        "records": args.groups_records, "partitions": PARTITIONS,
-        "session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
-    }  # fmt: skip
-    report["rafka"] = run_rafka(args.groups_records, value)
-    print("rafka: " + json.dumps(report["rafka"]))
-    if not args.groups_no_peer:
         try:
-            report["peer"] = run_peer(args.groups_records, len(value))
-            print("peer: " + json.dumps(report["peer"]))
-        except RuntimeError as e:  # the peer's group support is the peer's business
-            report["peer_error"] = str(e)
-            print(f"peer: {e}")
+            return measure(start, reports_of, kill, records, rebalances=rebalances)
+        finally:
+            for process in started:  # on a failure, measure() leaves its members running
+                if process.is_alive():
+                    kill(process)
+    finally:
+        peer.delete_topic(bootstrap, topic)
+
+
+def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
+    """The harness's ``group`` workload: answers rows for the summary and the full report."""
+    from bench.harness import row
+
+    value = os.urandom(args.value_size)
+    rebalances = args.groups_rebalances
+    report: dict[str, Any] = {
+        "records": args.groups_records, "value_size": args.value_size,
+        "partitions": PARTITIONS, "members": 3,
+        "session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+        "rebalances": rebalances,
+    }  # fmt: skip
+    report["rafka"] = run_rafka(ctx.embedded(), args.groups_records, value, rebalances)
+    print("rafka: " + json.dumps(report["rafka"]), file=sys.stderr)
+    broker = ctx.peer()
+    if broker is not None:
+        report["peer"] = run_peer(broker.bootstrap, args.groups_records, len(value), rebalances)
+        print("peer: " + json.dumps(report["peer"]), file=sys.stderr)
     print(render(report))
-    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS_PATH.write_text(json.dumps(report, indent=2))
-    print(f"results: {RESULTS_PATH}")
+    mine, bulk, theirs = report["rafka"]["per_record"], report["rafka"]["bulk"], \
+        report.get("peer") or {}  # fmt: skip
+    rows = [
+        row("read, per record (poll)", "records/s", mine["records_per_s"],
+            peer=theirs.get("records_per_s")),
+        row("read, bulk (poll_columns)", "records/s", bulk["records_per_s"],
+            peer=theirs.get("records_per_s")),
+    ]  # fmt: skip
+    if rebalances:
+        rows += [
+            row("rebalance on join", "s", mine["join_rebalance_s"],
+                peer=theirs.get("join_rebalance_s"), higher_is_better=False),
+            row("rebalance on death", "s", mine["death_rebalance_s"],
+                peer=theirs.get("death_rebalance_s"), higher_is_better=False),
+        ]  # fmt: skip
+    return {"rows": rows, "report": report}
 
 
 def render(report: dict[str, Any]) -> str:
     rafka_, peer_ = report["rafka"]["per_record"], report.get("peer") or {}
     lines = [
         f"\ngroup of 3 consumers, {PARTITIONS} partitions, {report['records']:,} records of "
-        f"100 bytes; session {SESSION_TIMEOUT_MS} ms, heartbeat {HEARTBEAT_INTERVAL_MS} ms",
+        f"{report['value_size']} bytes; session {SESSION_TIMEOUT_MS} ms, heartbeat "
+        f"{HEARTBEAT_INTERVAL_MS} ms",
         f"{'':<36}{'rafka':>12}{'peer':>12}{'ratio':>8}",
     ]
     rows = [
@@ -306,6 +352,8 @@ def render(report: dict[str, Any]) -> str:
     theirs = peer_.get("records_per_s")
     for label, key, fmt, higher_better in rows:
         ours, theirs = rafka_.get(key), peer_.get(key)
+        if ours is None:
+            continue
         ratio = ""
         if ours and theirs:
             ratio = f"{(ours / theirs) if higher_better else (theirs / ours):.2f}x"

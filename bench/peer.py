@@ -227,6 +227,19 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, timeout_s: flo
         time.sleep(0.05)
 
 
+def delete_topic(bootstrap: str, topic: str, timeout_s: float = 20.0) -> bool:
+    """Delete ``topic`` (frees the broker's memory between workloads); answers whether it
+    worked. A failure is printed, not raised: a leftover topic costs memory, not results."""
+    ck = _import_confluent_kafka()
+    admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.delete_topics([topic], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
+    except Exception as exc:  # KafkaException, or a broker without DeleteTopics
+        print(f"peer: could not delete topic {topic}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def _figures(count: int, value_size: int, seconds: float, config: dict[str, Any]) -> dict:
     return {
         "records": count,

@@ -25,7 +25,8 @@ Run ``python -m bench spark [--spark-records 2000000] [--spark-partitions 2]
    the part of each round spent in ``read_topic``.
 
 Both aggregations must agree, key by key, with each other and with what was produced.
-Results are printed and saved to bench/results/spark.json with the machine.
+Results are printed and saved to bench/results/spark.json with the machine by the harness
+(``python -m bench spark``), which shares one embedded rafka between its workloads.
 """
 
 from __future__ import annotations
@@ -39,21 +40,18 @@ import shutil
 import statistics
 import sys
 import time
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.embedded import start_embedded
-
-RESULTS_PATH = Path(__file__).resolve().parent / "results" / "spark.json"
-DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data" / "spark"
-PARQUET_DIR = Path(__file__).resolve().parent.parent / "bench-data" / "spark-parquet"
-NAMESPACE = "rafka-bench-spark"
-TOPIC = "spark-bench"
 VALUE_BYTES = 100
 EXECUTOR_MEMORY = "1g"
 #: Records per send_batch call: bounds the producer's memory, not its speed.
 PRODUCE_CHUNK = 500_000
+
+
+TINY = {"spark_records": 20_000, "spark_keys": 100, "spark_repeats": 1}
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -186,17 +184,18 @@ def check(name: str, got: dict, want: dict) -> None:
 # -- the run -----------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> None:
-    import ray
-
+def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
+    """The harness's ``spark`` workload: answers rows for the summary and the full report."""
+    from bench.harness import row
     from rafka.clients.spark import start_spark, stop_spark
 
     records, keys = args.spark_records, args.spark_keys
     if records < 1 or keys < 1 or args.spark_repeats < 1 or args.spark_partitions < 1:
         raise SystemExit("--spark-records, --spark-keys, --spark-partitions and "
                          "--spark-repeats must be >= 1")  # fmt: skip
-    parquet_path = PARQUET_DIR / "records.parquet"
-    shutil.rmtree(PARQUET_DIR, ignore_errors=True)
+    parquet_dir = ctx.data_dir / "spark-parquet"
+    parquet_path = parquet_dir / "records.parquet"
+    shutil.rmtree(parquet_dir, ignore_errors=True)
     want = expected(records, keys)
     report: dict[str, Any] = {
         "command": reproduce_command(args),
@@ -207,10 +206,12 @@ def run(args: argparse.Namespace) -> None:
         "aggregation": "groupBy(key).agg(count(*), sum(length(value))).collect()",
     }  # fmt: skip
     spark = None
-    cluster = start_embedded(DATA_DIR, NAMESPACE)
+    cluster = ctx.embedded()
+    topic = f"spark-{uuid.uuid4().hex[:8]}"
+    admin = cluster.admin()
+    admin.create_topic(topic, partitions=args.spark_partitions)
     try:
-        cluster.admin().create_topic(TOPIC, partitions=args.spark_partitions)
-        report["produce"] = produce(cluster, TOPIC, records, keys)
+        report["produce"] = produce(cluster, topic, records, keys)
         print(f"produced {records:,} records with send_batch: "
               f"{report['produce']['records_per_s']:,.0f} records/s", file=sys.stderr)  # fmt: skip
 
@@ -220,14 +221,14 @@ def run(args: argparse.Namespace) -> None:
         report["spark_start_s"] = time.perf_counter() - began
         report["environment"] = environment(spark)
 
-        written = write_parquet(cluster, TOPIC, parquet_path)
+        written = write_parquet(cluster, topic, parquet_path)
         if written != records:
             raise RuntimeError(f"the topic holds {written} records, {records} were produced")
         report["parquet_bytes"] = parquet_path.stat().st_size
 
         rounds: list[dict[str, Any]] = []
         for i in range(args.spark_repeats):
-            rafka_round, rafka_result = time_rafka(spark, cluster, TOPIC)
+            rafka_round, rafka_result = time_rafka(spark, cluster, topic)
             check("rafka", rafka_result, want)
             parquet_round, parquet_result = time_parquet(spark, parquet_path)
             check("parquet", parquet_result, want)
@@ -235,16 +236,17 @@ def run(args: argparse.Namespace) -> None:
             print(f"round {i + 1}: " + json.dumps(rounds[-1]), file=sys.stderr)
         report["rounds"] = rounds
     finally:
-        if spark is not None:
-            stop_spark()
-        cluster.shutdown()
-        ray.shutdown()
-        shutil.rmtree(PARQUET_DIR, ignore_errors=True)
-    report["summary"] = summarise(rounds, records)
+        try:
+            if spark is not None:
+                stop_spark()
+        finally:
+            admin.delete_topic(topic)
+            shutil.rmtree(parquet_dir, ignore_errors=True)
+    report["summary"] = summary = summarise(rounds, records)
     print(render(report))
-    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS_PATH.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"results: {RESULTS_PATH}")
+    rows = [row("read + aggregate", "records/s", summary["rafka"]["records_per_s"],
+                baseline=summary["parquet"]["records_per_s"], baseline_label="parquet")]
+    return {"rows": rows, "report": report}
 
 
 def summarise(rounds: list[dict[str, Any]], records: int) -> dict[str, Any]:
@@ -275,9 +277,7 @@ def reproduce_command(args: argparse.Namespace) -> str:
 
 
 def environment(spark) -> dict[str, Any]:
-    """The machine and the versions that matter here. No git revision: bench.storage's
-    environment() runs ``git describe --dirty``, which may rewrite the index of a work tree
-    someone else is using."""
+    """The versions that matter here (the harness adds the machine's description)."""
     import pyarrow
     import pyspark
     import ray
@@ -288,7 +288,6 @@ def environment(spark) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "directory": str(DATA_DIR),
         "java": spark.sparkContext._jvm.java.lang.System.getProperty("java.version"),
         "spark": pyspark.__version__,
         "raydp": getattr(raydp, "__version__", None),

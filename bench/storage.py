@@ -29,28 +29,26 @@ Why the comparison is fair:
   from a warm cache, which measures memory copies rather than the disk; the report says which.
 
 Values are random (incompressible) bytes. MB is 10**6 bytes. The results are printed as a
-table and saved to bench/results/storage.json.
+table and saved to bench/results/storage.json by the harness (``python -m bench storage``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable
 
+from bench.machine import git_revision
 from rafka.storage import Log, LogConfig
 from rafka.storage import record_batch as rb
 
@@ -66,7 +64,7 @@ NOISY_SPREAD = 1.5  # slowest / fastest round of one row above which the table w
 TARGET_RATIO = 0.70  # the owner's goal: 1 MiB appends at >= 70% of the raw write speed
 SEED = 20240601
 DROP_CACHES = "/proc/sys/vm/drop_caches"
-RESULTS_PATH = Path(__file__).resolve().parent / "results" / "storage.json"
+TINY = {"mb": 4, "repeat": 1, "codec_seconds": 0.05}
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -81,6 +79,10 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         help="a directory on the disk to measure; a temporary directory is made in it and "
         "deleted afterwards (default: the current directory)",
     )
+    group.add_argument(
+        "--codec-seconds", type=float, default=CODEC_SECONDS,
+        help=f"seconds spent on each codec figure (default {CODEC_SECONDS:g})",
+    )  # fmt: skip
 
 
 def _positive(text: str) -> int:
@@ -333,15 +335,17 @@ def measure_reads(
     return raw, logs
 
 
-def measure_codec(workload: Workload, values: list[bytes], codec: rb.Codec) -> dict[str, Any]:
+def measure_codec(
+    workload: Workload, values: list[bytes], codec: rb.Codec, seconds: float = CODEC_SECONDS
+) -> dict[str, Any]:
     """Encode and decode speed of the workload's records with ``codec``."""
     count = workload.records_per_batch
     batch_values = values[:count]
     batch = rb.encode_batch(batch_values, None, TIMESTAMP_MS, codec=codec)
     encodes = calls_per_second(
-        lambda: rb.encode_batch(batch_values, None, TIMESTAMP_MS, codec=codec)
+        lambda: rb.encode_batch(batch_values, None, TIMESTAMP_MS, codec=codec), seconds
     )
-    decodes = calls_per_second(lambda: rb.decode_records(batch))
+    decodes = calls_per_second(lambda: rb.decode_records(batch), seconds)
     return {
         "codec": codec.name.lower(),
         "batch": workload.label,
@@ -355,7 +359,10 @@ def measure_codec(workload: Workload, values: list[bytes], codec: rb.Codec) -> d
 # -- the run -----------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> None:
+def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
+    """The harness's ``storage`` workload: answers rows for the summary and the full report."""
+    from bench.harness import row
+
     rng = random.Random(SEED)
     chunk = rng.randbytes(CHUNK_BYTES)
     values = random_values(max(BATCH_BYTES) // VALUE_BYTES, rng)
@@ -366,7 +373,8 @@ def run(args: argparse.Namespace) -> None:
         raw_write, appends = measure_writes(work, chunk, args.mb, workloads, args.repeat)
         cold = can_drop_page_cache()
         raw_read, reads = measure_reads(work, raw_write.nbytes, workloads, args.repeat, cold)
-    codecs = [measure_codec(w, values, codec) for w in workloads for codec in CODECS]
+    codecs = [measure_codec(w, values, codec, args.codec_seconds)
+              for w in workloads for codec in CODECS]  # fmt: skip
     report = {
         "command": reproduce_command(args),
         "environment": environment(base),
@@ -379,9 +387,14 @@ def run(args: argparse.Namespace) -> None:
         "target": target(appends[-1], raw_write),
     }
     print(render(report))
-    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS_PATH.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"results: {RESULTS_PATH}")
+    cache = "cold" if cold else "warm"
+    rows = [
+        row(f"log append, {workloads[-1].label} batches", "MB/s", appends[-1].mb_per_s,
+            baseline=raw_write.mb_per_s, baseline_label="raw write"),
+        row(f"log read, {workloads[-1].label} batches ({cache})", "MB/s", reads[-1].mb_per_s,
+            baseline=raw_read.mb_per_s, baseline_label="raw read"),
+    ]  # fmt: skip
+    return {"rows": rows, "report": report}
 
 
 def target(append: Row, raw_write: Row) -> dict[str, Any]:
@@ -404,19 +417,8 @@ def environment(directory: str) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "directory": directory,
-        "git": git_revision(),
+        "git": git_revision(),  # read from .git's files: running git may touch the index
     }
-
-
-def git_revision() -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            cwd=Path(__file__).resolve().parent, capture_output=True, text=True, check=True,
-        )  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return done.stdout.strip()
 
 
 # -- the table ---------------------------------------------------------------------------------
