@@ -12,11 +12,13 @@ loads it.
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import ray
 
+from rafka.actors import metrics
 from rafka.storage import record_batch as rb
 
 #: Bytes read from the log per step on the event loop.
@@ -29,9 +31,13 @@ RANGES_IN_FLIGHT = 2
 class BlockExporter:
     """Turns ranges of one partition's log into Arrow IPC blocks owned by this process."""
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(
+        self, topic: str, partition: int, partition_metrics: metrics.PartitionMetrics | None = None
+    ) -> None:
         self.topic = topic
         self.partition = partition
+        # Exports count as records out of the partition (kind "export").
+        self.partition_metrics = partition_metrics
         self._pool: ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
 
@@ -42,6 +48,7 @@ class BlockExporter:
         if self._slots is None:
             self._slots = asyncio.Semaphore(RANGES_IN_FLIGHT)
             self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"export-{self.partition}")
+        started = time.perf_counter()
         async with self._slots:
             chunks = []
             offset = start
@@ -53,7 +60,14 @@ class BlockExporter:
                 offset = rb.next_offset(data)
                 await asyncio.sleep(0)  # let produce and fetch calls run between chunks
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, self._encode_and_put, chunks, start, end)
+            ref, rows = await loop.run_in_executor(
+                self._pool, self._encode_and_put, chunks, start, end
+            )
+        if self.partition_metrics is not None:
+            elapsed = metrics.elapsed_ms(started, time.perf_counter())
+            size = sum(len(c) for c in chunks)
+            self.partition_metrics.sent(metrics.EXPORT, rows, size, elapsed)
+        return ref, rows
 
     def _encode_and_put(self, chunks: list, start: int, end: int) -> tuple:
         from rafka.clients import arrow_blocks

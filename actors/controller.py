@@ -15,13 +15,14 @@ brings it back; its replicas catch up and their leaders propose them back into t
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 from typing import Any
 
 import ray
 
+from rafka.actors import metrics
+from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.placement import agent_name, coordinator_name, disk_dir, replica_name
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
@@ -47,12 +48,15 @@ CONTROLLER_DIR = "controller"
 #: Cluster settings the replicas need (Kafka's broker property names).
 REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
                     "replica.fetch.max.bytes")  # fmt: skip
-
-log = logging.getLogger(__name__)
+#: How often the partition health gauges (under-replicated, offline) are refreshed besides
+#: after every change, s: a broker's liveness changes without a metadata change.
+HEALTH_GAUGES_INTERVAL_S = 5.0
 
 
 class Controller:
     def __init__(self, data_root: str, disk: str, namespace: str, settings: dict[str, Any]):
+        self.logger = actor_logger(__name__, "Controller")
+        label_process_logs(self.logger.prefix)  # this process is the controller
         self.namespace = namespace
         self.disk = disk
         self.settings = dict(settings)
@@ -75,6 +79,7 @@ class Controller:
         self._background: set[asyncio.Task] = set()
         self._started = False
         self._stopping = False
+        self._health_reported: set[str] = set()  # topics with health gauges set
         ray.get_runtime_context().current_actor.start.remote()
 
     @property
@@ -90,6 +95,7 @@ class Controller:
             self._started = True
             self._spawn(self._watch_brokers())
             self._spawn(self._balance_leaders())
+            self._spawn(self._report_health())
 
     def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -122,7 +128,7 @@ class Controller:
 
     def _broker_alive(self, broker_id: int) -> None:
         if self.liveness.heartbeat(broker_id, _now_ms()):
-            log.warning("broker %d is back", broker_id)
+            self.logger.warning("broker %d is back", broker_id)
             self._spawn(self._broker_back(broker_id))
 
     async def _broker_back(self, broker_id: int) -> None:
@@ -148,7 +154,8 @@ class Controller:
             try:
                 await self._call_agent(broker_id, "ensure_replicas", states)
             except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
-                log.warning("could not restore the replicas of broker %d: %r", broker_id, e)
+                self.logger.warning("could not restore the replicas of broker %d: %r",
+                                    broker_id, e)  # fmt: skip
 
     async def _watch_brokers(self) -> None:
         """Fence brokers whose heartbeats stopped and whose agent does not answer a probe."""
@@ -181,7 +188,7 @@ class Controller:
         many partitions changed."""
         self.liveness.fence(broker_id)
         self._agents.pop(broker_id, None)
-        log.warning("broker %d missed its heartbeats; fencing it", broker_id)
+        self.logger.warning("broker %d missed its heartbeats; fencing it", broker_id)
         return await self._change_partitions(
             lambda topic, p: elections.fence_broker(
                 p, broker_id, self.liveness.live(), self._unclean(topic)
@@ -195,17 +202,19 @@ class Controller:
             await asyncio.sleep(interval)
             try:
                 await self._change_partitions(
-                    lambda topic, p: elections.preferred_leader(p, self.liveness.live())
+                    lambda topic, p: elections.preferred_leader(p, self.liveness.live()),
+                    preferred=True,
                 )
             except Exception:  # the next round tries again
-                log.exception("preferred leader election failed")
+                self.logger.exception("preferred leader election failed")
 
     # -- partition changes ---------------------------------------------------------------------
 
-    async def _change_partitions(self, decide_one, only=None) -> int:
+    async def _change_partitions(self, decide_one, only=None, preferred: bool = False) -> int:
         """Apply ``decide_one(topic, partition) -> new state | None`` to every partition (or
         to the (topic, partition) pairs in ``only``), record the changes in one append, and
-        tell the replicas. Returns the number of partitions changed."""
+        tell the replicas. Returns the number of partitions changed. ``preferred``: the
+        changes are preferred-leader elections (for the election metrics)."""
         async with self._lock:
             changed = []
             pairs = only if only is not None else [
@@ -220,12 +229,37 @@ class Controller:
             self.store.append([new.to_record(t.topic_id) for t, _, new in changed])
             for topic, old, new in changed:
                 if new.leader != old.leader:
-                    log.warning("%s-%d: leader %d -> %d (epoch %d, ISR %s)", topic.name,
-                                new.partition, old.leader, new.leader, new.leader_epoch,
-                                new.isr)  # fmt: skip
+                    self.logger.warning("%s-%d: leader %d -> %d (epoch %d, ISR %s)",
+                                        topic.name, new.partition, old.leader, new.leader,
+                                        new.leader_epoch, new.isr)  # fmt: skip
         for topic, old, new in changed:
+            metrics.partition_change(topic.name, new.partition, old, new, preferred)
             self._after_change(topic, old, new)
+        self._refresh_health_gauges()
         return len(changed)
+
+    def _refresh_health_gauges(self) -> None:
+        """Set each topic's under-replicated and offline partition counts (a pass over the
+        partitions in memory); a deleted topic's go to 0, since Ray keeps exporting a
+        gauge's last value."""
+        reported = set()
+        for topic in list(self.image.topics.values()):
+            under, offline = metrics.partition_health(
+                topic.partitions.values(), self.liveness.is_live
+            )
+            metrics.topic_health(topic.name, under, offline)
+            reported.add(topic.name)
+        for gone in self._health_reported - reported:
+            metrics.topic_health(gone, 0, 0)
+        self._health_reported = reported
+
+    async def _report_health(self) -> None:
+        while not self._stopping:
+            try:
+                self._refresh_health_gauges()
+            except Exception:  # a metric must never stop the controller; next round
+                self.logger.exception("refreshing the partition health gauges failed")
+            await asyncio.sleep(HEALTH_GAUGES_INTERVAL_S)
 
     def _after_change(self, topic: TopicState, old: PartitionState, new: PartitionState) -> None:
         """Tell the replicas of a changed partition; create replicas a reassignment adds and
@@ -256,8 +290,8 @@ class Controller:
                 broker_id, "delete_replicas", [self._replica_state(topic, p, broker_id)]
             )
         except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
-            log.warning("could not delete the moved replica %s-%d on broker %d: %r",
-                        topic.name, p.partition, broker_id, e)  # fmt: skip
+            self.logger.warning("could not delete the moved replica %s-%d on broker %d: %r",
+                                topic.name, p.partition, broker_id, e)  # fmt: skip
 
     def _find_partition(self, topic_id: str, partition: int):
         topic = self.image.topics.get(topic_id)
@@ -375,7 +409,9 @@ class Controller:
                     )  # fmt: skip
             return new
 
-        await self._change_partitions(decide_one, only=pairs)
+        await self._change_partitions(
+            decide_one, only=pairs, preferred=election_type == "preferred"
+        )
         results = []
         for t, p in pairs:
             error = outcome.get((t.topic_id, p.partition))
@@ -504,6 +540,7 @@ class Controller:
             self.store.append(records)
             topic = self.image.topics[topic_id]
             await self._ensure(self._states_by_broker(topic, topic.partitions.values()))
+            self._refresh_health_gauges()
             return self._describe(topic)
 
     async def create_partitions(self, name: str, total: int) -> dict[str, Any]:
@@ -513,6 +550,7 @@ class Controller:
             topic = self.image.topic(name)
             new = [topic.partitions[r["partition"]] for r in records]
             await self._ensure(self._states_by_broker(topic, new))
+            self._refresh_health_gauges()
             return self._describe(topic)
 
     async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -544,6 +582,7 @@ class Controller:
             topic_id, records = decide.delete_topic(self.image, name)
             topic = self.image.topics[topic_id]
             self.store.append(records)
+        self._refresh_health_gauges()
         by_broker = self._states_by_broker(topic, topic.partitions.values())
         live = set(self._live_brokers())
         await asyncio.gather(
@@ -638,7 +677,7 @@ class Controller:
         wanted = setting(self.settings, "offsets.topic.replication.factor")
         copies = max(1, min(wanted, len(self._live_brokers())))
         if copies < wanted:
-            log.warning(
+            self.logger.warning(
                 "%s gets %d copies, not offsets.topic.replication.factor=%d: only %d live "
                 "broker(s)", CONSUMER_OFFSETS, copies, wanted, copies,
             )  # fmt: skip
@@ -710,7 +749,7 @@ class Controller:
         )
         for outcome in stopped:
             if isinstance(outcome, BaseException):  # that disk's replicas recover on start
-                log.warning("could not stop the replicas of a disk cleanly: %r", outcome)
+                self.logger.warning("could not stop the replicas of a disk cleanly: %r", outcome)
         self.store.close()
         return sum(n for n in stopped if isinstance(n, int))
 

@@ -23,13 +23,14 @@ Answers are ``(error, result)`` pairs with ``error`` None on success: expected r
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any
 
 import ray
 
+from rafka.actors import metrics
 from rafka.actors.handles import as_array
+from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.placement import CONTROLLER_NAME, replica_name
 from rafka.cluster.group import JOIN, SYNC, CommittedOffset, Effects, Group, GroupState
 from rafka.cluster.metadata import NO_LEADER
@@ -54,14 +55,20 @@ from rafka.errors import (
 )
 from rafka.storage import record_batch as rb
 
-log = logging.getLogger(__name__)
-
 TICK_S = 0.1
 #: How often offsets of long-empty groups are looked for (offsets.retention.minutes).
 EXPIRY_CHECK_S = 60.0
 #: Records per batch written to __consumer_offsets (about 100 bytes each).
 RECORDS_PER_BATCH = 2000
 EARLIEST = -2
+LATEST = -1
+#: How often the consumer lag gauges of groups with commits are refreshed, s.
+LAG_INTERVAL_S = 3.0
+#: Partitions whose high watermark one lag round asks for, at most: more are taken in turns
+#: over the following rounds, so the cost stays bounded however many groups commit.
+LAG_PARTITIONS_PER_ROUND = 500
+#: Longest wait for the controller's metadata or a leader's high watermark in a lag round, s.
+LAG_CALL_TIMEOUT_S = 5.0
 
 
 def _now_ms() -> int:
@@ -70,6 +77,8 @@ def _now_ms() -> int:
 
 class GroupCoordinator:
     def __init__(self, namespace: str, shard: int, settings: dict[str, Any]) -> None:
+        self.logger = actor_logger(__name__, "GroupCoordinator", shard=shard)
+        label_process_logs(self.logger.prefix)  # this process is this coordinator
         self.namespace = namespace
         self.shard = shard
         self.settings = dict(settings)
@@ -83,6 +92,13 @@ class GroupCoordinator:
         self._tasks: list[asyncio.Task] = []
         self._leader = None  # (topic id, broker id, handle) of the shard's partition leader
         self._controller = None
+        # For the rebalance counter: the generation each group was at when last counted,
+        # with the Group object it was counted on (a deleted and re-created group restarts
+        # at generation 0).
+        self._counted_generations: dict[str, tuple[Group, int]] = {}
+        self._lag_replicas: dict[str, Any] = {}  # replica actor name -> handle
+        self._lag_reported: set[tuple[str, str, int]] = set()  # (group, topic, partition)
+        self._lag_cursor = 0
         ray.get_runtime_context().current_actor.ready.remote()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -92,7 +108,8 @@ class GroupCoordinator:
             self._loaded = asyncio.Event()
             self._wake = asyncio.Event()
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self._run()), loop.create_task(self._writer())]
+            self._tasks = [loop.create_task(self._run()), loop.create_task(self._writer()),
+                           loop.create_task(self._report_lag())]  # fmt: skip
 
     async def ready(self) -> dict[str, Any]:
         """Returns once the shard's groups are loaded."""
@@ -109,7 +126,7 @@ class GroupCoordinator:
                 await self._load()
                 break
             except Exception:  # not retriable by itself (a corrupt record?): log, try again
-                log.exception("coordinator %d: loading its groups failed", self.shard)
+                self.logger.exception("loading its groups failed")
                 self.groups.clear()
                 await asyncio.sleep(1.0)
         self._loaded.set()
@@ -165,7 +182,7 @@ class GroupCoordinator:
                         f"group coordinator {self.shard} could not {what} "
                         f"{CONSUMER_OFFSETS}-{self.shard}: {e}"
                     ) from None
-                log.info("coordinator %d: %s failed (%s); retrying", self.shard, what, e)
+                self.logger.info("%s failed (%s); retrying", what, e)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
 
@@ -208,10 +225,11 @@ class GroupCoordinator:
             group.offsets = offsets.get(group_id, {})
             if group.members or group.offsets:
                 self.groups[group_id] = group
-        log.info(
-            "coordinator %d loaded %d group(s) in %.2f s", self.shard, len(self.groups),
-            time.monotonic() - started,
-        )  # fmt: skip
+        for group_id, group in self.groups.items():  # loading is no rebalance
+            self._counted_generations[group_id] = (group, group.generation)
+        self.logger.info(
+            "loaded %d group(s) in %.2f s", len(self.groups), time.monotonic() - started
+        )
 
     async def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append ``records`` (key, value) with acks=all, after every record queued before."""
@@ -263,9 +281,101 @@ class GroupCoordinator:
 
         await self._with_leader(send, "write to")
 
+    # -- consumer lag --------------------------------------------------------------------------
+
+    async def _report_lag(self) -> None:
+        """Every LAG_INTERVAL_S, set the lag gauges of this shard's groups with commits."""
+        while True:
+            await asyncio.sleep(LAG_INTERVAL_S)
+            if self._loaded is None or not self._loaded.is_set():
+                continue
+            try:
+                await self._lag_round()
+            except (ray.exceptions.RayActorError, asyncio.TimeoutError) as e:
+                # The controller restarts or is busy (a failover): expected, next round.
+                self.logger.info("consumer lag not refreshed: %r", e)
+            except Exception as e:  # a metric must never stop the coordinator; next round
+                self.logger.warning("refreshing the consumer lag gauges failed: %r", e)
+
+    async def _lag_round(self) -> None:
+        """One round: the high watermark of each committed partition (at most
+        LAG_PARTITIONS_PER_ROUND, in turns), from its leader, and lag = high watermark -
+        committed offset for every group with a commit there. One controller call for the
+        leaders and one call per partition, however many groups share it."""
+        committed = {
+            (group.group_id, topic, partition): c.offset
+            for group in list(self.groups.values())
+            for (topic, partition), c in list(group.offsets.items())
+        }  # fmt: skip
+        for gone in self._lag_reported - committed.keys():  # deleted or expired offsets
+            metrics.group_lag(*gone, 0)  # Ray keeps exporting a gauge's last value
+        self._lag_reported &= committed.keys()
+        partitions = sorted({(topic, partition) for _, topic, partition in committed})
+        if not partitions:
+            return
+        if len(partitions) > LAG_PARTITIONS_PER_ROUND:
+            start = self._lag_cursor % len(partitions)
+            partitions = (partitions + partitions)[start : start + LAG_PARTITIONS_PER_ROUND]
+            self._lag_cursor = start + LAG_PARTITIONS_PER_ROUND
+        high_watermarks = await self._high_watermarks(partitions)
+        for key, offset in committed.items():
+            hw = high_watermarks.get(key[1:])
+            if hw is not None:
+                metrics.group_lag(*key, metrics.consumer_lag(hw, offset))
+                self._lag_reported.add(key)
+
+    async def _high_watermarks(self, partitions: list[tuple[str, int]]) -> dict:
+        """{(topic, partition): high watermark} of the partitions whose leader answered."""
+        topics = sorted({topic for topic, _ in partitions})
+        described = await asyncio.wait_for(
+            self._controller_call("metadata", topics, False), LAG_CALL_TIMEOUT_S
+        )
+        leaders: dict[tuple[str, int], str] = {}  # (topic, partition) -> leader replica name
+        for topic, description in described.items():
+            if isinstance(description, dict):  # else deleted since the commit
+                for d in description["partitions"]:
+                    if d["leader"] != NO_LEADER:
+                        name = replica_name(description["topic_id"], d["partition"], d["leader"])
+                        leaders[topic, d["partition"]] = name
+        wanted = {tp: leaders[tp] for tp in partitions if tp in leaders}
+        missing = [name for name in wanted.values() if name not in self._lag_replicas]
+        if missing:
+            # Actor lookups block; on a thread they hold up no join or heartbeat.
+            if len(self._lag_replicas) + len(missing) > 4 * LAG_PARTITIONS_PER_ROUND:
+                self._lag_replicas.clear()  # former leaders' names pile up; start over
+            self._lag_replicas.update(await asyncio.to_thread(self._find_replicas, missing))
+        asked = []
+        for tp, name in wanted.items():
+            handle = self._lag_replicas.get(name)
+            if handle is not None:
+                asked.append((tp, name, handle.list_offset.remote(LATEST)))
+        answers = await asyncio.gather(
+            *(asyncio.wait_for(ref, LAG_CALL_TIMEOUT_S) for _, _, ref in asked),
+            return_exceptions=True,
+        )
+        out = {}
+        for (tp, name, _), answer in zip(asked, answers):
+            if isinstance(answer, BaseException) or answer[0]:
+                # Restarting, moved or slow: look its leader up again next round.
+                self._lag_replicas.pop(name, None)
+                continue
+            out[tp] = answer[2]
+        return out
+
+    def _find_replicas(self, names: list[str]) -> dict[str, Any]:
+        """{name: handle} of the replica actors that run (the others are starting or gone)."""
+        found = {}
+        for name in names:
+            try:
+                found[name] = ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                pass
+        return found
+
     # -- effects -------------------------------------------------------------------------------
 
     def _apply(self, group: Group, effects: Effects) -> None:
+        self._count_rebalances(group)
         for (member_id, kind), result in effects.replies.items():
             future = self._waiting.pop((group.group_id, member_id, kind), None)
             if future is not None and not future.done():
@@ -275,11 +385,22 @@ class GroupCoordinator:
                 self._persist(group, group.generation, group.metadata_record())
             )
 
+    def _count_rebalances(self, group: Group) -> None:
+        """Count the rebalances ``group`` completed since it was last looked at: every
+        change of the group's state passes through ``_apply``, and each completed join
+        phase is one new generation."""
+        counted = self._counted_generations.get(group.group_id)
+        since = counted[1] if counted is not None and counted[0] is group else 0
+        if group.generation != since:
+            metrics.group_rebalanced(group.group_id, group.generation - since)
+            self._counted_generations[group.group_id] = (group, group.generation)
+
     async def _persist(self, group: Group, generation: int, record: dict[str, Any]) -> None:
         try:
             await self._write([(group_key(group.group_id), group_value(record))])
         except RafkaError as e:
-            log.warning("group %s: storing generation %d failed: %s", group.group_id, generation, e)
+            self.logger.warning("group %s: storing generation %d failed: %s", group.group_id,
+                                generation, e)  # fmt: skip
             self._apply(group, group.persist_failed(generation, e, _now_ms()))
             return
         self._apply(group, group.persisted(generation, _now_ms()))
@@ -440,6 +561,7 @@ class GroupCoordinator:
             return e
         if self.groups.get(group_id) is group:
             del self.groups[group_id]
+            self._counted_generations.pop(group_id, None)
         return None
 
     async def _expire_offsets(self, now: int) -> None:
@@ -450,13 +572,14 @@ class GroupCoordinator:
             try:
                 await self._write([(offset_key(group.group_id, t, p), None) for t, p in expired])
             except RafkaError as e:
-                log.warning("expiring offsets of group %s failed: %s", group.group_id, e)
+                self.logger.warning("expiring offsets of group %s failed: %s", group.group_id, e)
                 continue
             group.delete_offsets(expired)
-            log.info("group %s: %d offset(s) expired", group.group_id, len(expired))
+            self.logger.info("group %s: %d offset(s) expired", group.group_id, len(expired))
             if not group.offsets and not group.members and group.state == GroupState.EMPTY:
                 group.mark_dead(now)
                 self.groups.pop(group.group_id, None)
+                self._counted_generations.pop(group.group_id, None)
 
 
 def _replay(key, value, offsets: dict, metadata: dict) -> None:

@@ -8,13 +8,13 @@ its replicas come back to their files.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import shutil
 from typing import Any
 
 import ray
 
+from rafka.actors.logs import actor_logger, label_process_logs, log_prefix
 from rafka.actors.partition_replica import PartitionReplica
 from rafka.actors.placement import (
     CONTROLLER_NAME,
@@ -28,8 +28,6 @@ from rafka.storage.checkpoint import read_text, write_atomically
 from rafka.storage.log_loader import ensure_writable_directory
 
 META_PROPERTIES = "meta.properties"
-
-log = logging.getLogger(__name__)
 
 
 def read_meta_properties(directory: str) -> dict[str, str]:
@@ -51,6 +49,8 @@ def write_meta_properties(directory: str, props: dict[str, str]) -> None:
 
 class NodeAgent:
     def __init__(self, data_root: str, disk: str, namespace: str) -> None:
+        self.logger = actor_logger(__name__, "NodeAgent", disk=disk)
+        label_process_logs(self.logger.prefix)  # this process is this node agent
         self.data_root = data_root
         self.disk = disk
         self.namespace = namespace
@@ -63,6 +63,7 @@ class NodeAgent:
                 f"{disk!r}: each disk needs its own data directory"
             )
         self.broker_id = int(props["broker.id"]) if "broker.id" in props else None
+        self._label_logs()
         self.rack = _node_label(RACK_LABEL)
         self.replicas: dict[str, Any] = {}
         self._controller = None
@@ -92,10 +93,17 @@ class NodeAgent:
         )
         if broker_id != self.broker_id:
             self.broker_id = broker_id
+            self._label_logs()
             write_meta_properties(
                 self.directory, {"broker.id": str(broker_id), "disk": self.disk, "version": "1"}
             )
         return broker_id
+
+    def _label_logs(self) -> None:
+        """Log lines name the disk and, once it has one, its broker id."""
+        prefix = log_prefix("NodeAgent", disk=self.disk, broker=self.broker_id)
+        self.logger.relabel(prefix)
+        label_process_logs(prefix)
 
     async def _heartbeat_loop(self) -> None:
         self._interval_ms = 200
@@ -104,7 +112,7 @@ class NodeAgent:
                 await self._heartbeat()
             except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
                 self._controller = None  # not started yet, or restarting
-                log.debug("heartbeat of disk %s failed: %r", self.disk, e)
+                self.logger.debug("heartbeat failed: %r", e)
             await asyncio.sleep(self._interval_ms / 1000)
 
     async def ensure_replicas(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ the object store without copying, never as ``bytes``.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import shutil
 import time
@@ -33,7 +32,9 @@ import msgpack
 import numpy as np
 import ray
 
+from rafka.actors import metrics
 from rafka.actors.block_export import BlockExporter
+from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.placement import CONTROLLER_NAME, replica_name
 from rafka.cluster.metadata import NO_LEADER
 from rafka.cluster.replication import (
@@ -60,8 +61,6 @@ from rafka.storage.config import LogConfig
 from rafka.storage.log import Log, now_ms, partition_dir
 from rafka.storage.retention import delete_expired_segments
 
-log = logging.getLogger(__name__)
-
 STATE_FILE = "partition.metadata"
 EARLIEST = -2
 LATEST = -1
@@ -85,6 +84,14 @@ class PartitionReplica:
         maintenance_interval_s: float = 30.0,
         namespace: str | None = None,
     ):
+        self.logger = actor_logger(__name__, "PartitionReplica", topic=state["topic"],
+                                   partition=state["partition"], broker=state["broker_id"])
+        if namespace is not None:  # in a Ray actor: this process is this replica
+            # Before the log opens, so recovery's lines carry the replica too.
+            label_process_logs(self.logger.prefix)
+        self.partition_metrics = metrics.PartitionMetrics(
+            state["topic"], state["partition"], state["broker_id"]
+        )
         self.directory = partition_dir(data_dir, state["topic"], state["partition"])
         os.makedirs(self.directory, exist_ok=True)
         saved = _read_state(self.directory)
@@ -112,6 +119,8 @@ class PartitionReplica:
         if self.checked_in:
             self._become_leader_if_named()
         _write_state(self.directory, self.state)
+        self._log_changed = False  # since the log gauges were last set (appends, truncation)
+        self._refresh_log_gauges()
         self._appended: asyncio.Condition | None = None
         self._maintenance_interval_s = maintenance_interval_s
         self._tasks: list[asyncio.Task] = []
@@ -121,7 +130,7 @@ class PartitionReplica:
         self._controller = None
         self._closed = False
         self.deleted = False
-        self._exporter = BlockExporter(self.topic, self.partition)
+        self._exporter = BlockExporter(self.topic, self.partition, self.partition_metrics)
         # Ray starts an async actor's calls in arrival order but does not promise to run
         # them in the order one client sent them, so each producer numbers its requests to
         # this partition and they are appended in that order (see _wait_turn).
@@ -145,6 +154,7 @@ class PartitionReplica:
             loop = asyncio.get_running_loop()
             self._tasks.append(loop.create_task(self._maintain()))
             self._tasks.append(loop.create_task(self._watch_isr()))
+            self._tasks.append(loop.create_task(self._report_log_gauges()))
             if not self.checked_in:
                 self._tasks.append(loop.create_task(self._check_in()))
             else:
@@ -161,7 +171,7 @@ class PartitionReplica:
             try:
                 self.run_maintenance()
             except Exception:  # a failed cleanup must not kill the replica; retry next round
-                log.exception("maintenance of %s failed", self.directory)
+                self.logger.exception("maintenance of %s failed", self.directory)
 
     def run_maintenance(self) -> dict[str, int]:
         """Flush (flush.ms), retention and compaction, as Kafka's log manager does on a timer."""
@@ -175,7 +185,21 @@ class PartitionReplica:
         ):
             result = compact(self.log, now)
             cleaned = result.bytes_in - result.bytes_out
+        self._refresh_log_gauges()
         return {"retention_bytes_freed": freed, "compaction_bytes_removed": cleaned}
+
+    def _refresh_log_gauges(self) -> None:
+        """Set the log size and segment count gauges (a sum over the segments)."""
+        self._log_changed = False
+        self.partition_metrics.log_gauges(self.log.size_bytes, len(self.log.segments))
+
+    async def _report_log_gauges(self) -> None:
+        """Refresh the log gauges once a second while appends or truncations change the log:
+        the append paths only raise a flag, so a burst of appends costs one refresh."""
+        while not self._closed:
+            await asyncio.sleep(metrics.LOG_GAUGES_INTERVAL_S)
+            if self._log_changed and not self._closed:
+                self._refresh_log_gauges()
 
     async def maintain_now(self) -> dict[str, int]:
         return self.run_maintenance()
@@ -199,6 +223,8 @@ class PartitionReplica:
         await self.close()
         self.deleted = True
         shutil.rmtree(self.directory, ignore_errors=True)
+        # Ray keeps exporting a gauge's last value while this process lives.
+        self.partition_metrics.log_gauges(0, 0)
 
     # -- the controller's view -----------------------------------------------------------------
 
@@ -213,7 +239,7 @@ class PartitionReplica:
             ref = getattr(self._controller_handle(), method).remote(*args)
             return await asyncio.wait_for(ref, timeout_s)
         except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
-            log.info("%s-%d: controller %s failed: %r", self.topic, self.partition, method, e)
+            self.logger.info("controller %s failed: %r", method, e)
             self._controller = None
             return None
 
@@ -233,8 +259,7 @@ class PartitionReplica:
                 if not exists:
                     # Deleted or moved away while this node was down: remove the stray files
                     # and this actor, as Kafka deletes stray logs.
-                    log.warning("%s-%d: no longer assigned to broker %d; deleting it",
-                                self.topic, self.partition, self.broker_id)  # fmt: skip
+                    self.logger.warning("no longer assigned to this broker; deleting it")
                     await self.delete()
                     ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
                     return
@@ -285,9 +310,8 @@ class PartitionReplica:
             self._stop_following()
         else:
             if self.leader is not None:
-                log.info("%s-%d: broker %d gives up leadership to %d (epoch %d)",
-                         self.topic, self.partition, self.broker_id, s["leader"],
-                         s["leader_epoch"])  # fmt: skip
+                self.logger.info("gives up leadership to broker %d (epoch %d)", s["leader"],
+                                 s["leader_epoch"])  # fmt: skip
                 self.leader = None
                 self._wake_waiters()
             moved = (s["leader"], s["leader_epoch"]) != (old["leader"], old["leader_epoch"])
@@ -310,9 +334,8 @@ class PartitionReplica:
             s["partition_epoch"],
         )  # fmt: skip
         self.log.update_high_watermark(self.leader.on_local_append(self.log.log_end_offset))
-        log.info("%s-%d: broker %d leads in epoch %d (ISR %s, log end %d)", self.topic,
-                 self.partition, self.broker_id, s["leader_epoch"], s["isr"],
-                 self.log.log_end_offset)  # fmt: skip
+        self.logger.info("leads in epoch %d (ISR %s, log end %d)", s["leader_epoch"], s["isr"],
+                         self.log.log_end_offset)  # fmt: skip
 
     def _wake_waiters(self) -> None:
         appended = self._appended
@@ -353,8 +376,7 @@ class PartitionReplica:
         """Send one ISR proposal until the controller answers, or this leader is replaced."""
         delay = 0.05
         while self.leader is leader and leader.pending_isr == proposal and not self._closed:
-            log.info("%s-%d: leader %d proposes ISR %s (was %s)", self.topic, self.partition,
-                     self.broker_id, proposal, leader.isr)  # fmt: skip
+            self.logger.info("proposes ISR %s (was %s)", proposal, leader.isr)
             answer = await self._call_controller(
                 "alter_isr", self.topic_id, self.partition, self.broker_id,
                 leader.leader_epoch, leader.partition_epoch, proposal,
@@ -368,7 +390,7 @@ class PartitionReplica:
             if self.leader is not leader:
                 return
             if errno:
-                log.info("%s-%d: ISR proposal refused: %s", self.topic, self.partition, message)
+                self.logger.info("ISR proposal refused: %s", message)
                 leader.on_proposal_refused()
             if state is not None:
                 self._adopt(state)
@@ -424,8 +446,7 @@ class PartitionReplica:
                 )  # fmt: skip
                 answer = await asyncio.wait_for(ref, wait_ms / 1000 + 5.0)
             except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
-                log.debug("%s-%d: fetch from %d failed: %r", self.topic, self.partition,
-                          leader_id, e)  # fmt: skip
+                self.logger.debug("fetch from leader %d failed: %r", leader_id, e)
                 self._handles.pop(leader_id, None)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
@@ -434,9 +455,10 @@ class PartitionReplica:
                 continue  # the role changed while the fetch was out
             errno, message, hw, log_start, _, div_epoch, div_end, records = answer
             if errno == OffsetOutOfRange.errno:
-                log.warning("%s-%d: below the leader's log start %d; starting there",
-                            self.topic, self.partition, log_start)  # fmt: skip
+                self.logger.warning("below the leader's log start %d; starting there",
+                                    log_start)  # fmt: skip
                 self.log.truncate_fully_and_start_at(log_start)
+                self._log_changed = True
                 continue
             if errno:
                 await asyncio.sleep(delay)  # a stale or newer epoch: the state is on its way
@@ -458,9 +480,10 @@ class PartitionReplica:
             log_.log_end_offset, log_.high_watermark, epoch, end_offset,
         )  # fmt: skip
         if target < log_.log_end_offset:
-            log.warning("%s-%d: diverged from the leader after epoch %d; truncating %d -> %d",
-                        self.topic, self.partition, epoch, log_.log_end_offset, target)
+            self.logger.warning("diverged from the leader after epoch %d; truncating %d -> %d",
+                                epoch, log_.log_end_offset, target)  # fmt: skip
             log_.truncate_to(target)
+            self._log_changed = True
         # Also forget epochs that start at the target but were never written to (recorded
         # when this replica was elected and led nothing), as Kafka's truncateTo does;
         # otherwise the next fetch would name them again.
@@ -475,6 +498,7 @@ class PartitionReplica:
             log_.truncate_fully_and_start_at(first.base_offset)
         log_.append_as_follower(records)
         log_.maybe_flush()
+        self._log_changed = True
 
     # -- produce -------------------------------------------------------------------------------
 
@@ -499,9 +523,9 @@ class PartitionReplica:
             while turn[0] < request_no:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    log.warning(
-                        "%s-%d: request %d of client %s waited %d ms for request %d; going on",
-                        self.topic, self.partition, request_no, client_id, wait_ms, turn[0],
+                    self.logger.warning(
+                        "request %d of client %s waited %d ms for request %d; going on",
+                        request_no, client_id, wait_ms, turn[0],
                     )  # fmt: skip
                     turn[0] = request_no
                     break
@@ -531,11 +555,13 @@ class PartitionReplica:
         leader, too few in-sync replicas) fails every batch. With acks=-1 the answer waits
         until the high watermark passes the batches. ``request_no`` numbers one client's
         requests to this partition from 0; they are appended in that order (-1: no order)."""
+        started = time.perf_counter()
         appended = self._loop_ready()
         if request_no >= 0:
             await self._wait_turn(client_id, request_no, timeout_ms)
         results = []
         last_offset = -1
+        records_in = bytes_in = 0  # for the metrics: what this call appended
         try:
             try:
                 leader = self._leader()
@@ -554,19 +580,31 @@ class PartitionReplica:
                         continue
                     results.append((0, "", info.first_offset, info.log_append_time))
                     last_offset = max(last_offset, info.last_offset)
+                    if not info.duplicate:
+                        records_in += info.record_count
+                        bytes_in += len(batch)
             finally:
                 if request_no >= 0:
                     await self._end_turn(client_id, request_no)
             if self.log.log_end_offset > leader.log_end_offset:
                 self._set_high_watermark(leader.on_local_append(self.log.log_end_offset))
                 self.log.maybe_flush()
+                self._log_changed = True
                 async with appended:
                     appended.notify_all()
             if acks == -1 and self.log.high_watermark <= last_offset:
                 await self._await_high_watermark(leader, last_offset + 1, timeout_ms)
         except RafkaError as e:
+            self._produced(records_in, bytes_in, acks, started)
             return (e.errno, str(e), -1, [])
+        self._produced(records_in, bytes_in, acks, started)
         return (0, "", self.log.log_start_offset, results)
+
+    def _produced(self, records: int, size: int, acks: int, started: float) -> None:
+        """One produce call's metrics: what it appended (records, bytes) and how long it
+        took (``started``: time.perf_counter() at its start)."""
+        elapsed = metrics.elapsed_ms(started, time.perf_counter())
+        self.partition_metrics.produced(records, size, acks, elapsed)
 
     async def _await_high_watermark(self, leader: LeaderState, offset: int, timeout_ms: int):
         """Wait until the high watermark reaches ``offset``, while ``leader`` still leads."""
@@ -624,11 +662,14 @@ class PartitionReplica:
         """A consumer's fetch: whole batches from ``offset`` up to the high watermark. Waits
         up to ``max_wait_ms`` for ``min_bytes``. Answers (errno, message, high_watermark,
         log_start_offset, log_end_offset, records)."""
+        started = time.perf_counter()
         try:
             self._leader()
             data = await self._read_waiting(offset, max_bytes, min_bytes, max_wait_ms, True)
         except RafkaError as e:
+            self._fetched(metrics.CONSUMER, _EMPTY, started)
             return (e.errno, str(e), -1, -1, -1, _EMPTY)
+        self._fetched(metrics.CONSUMER, data, started)
         records = np.frombuffer(data, dtype=np.uint8) if len(data) else _EMPTY
         log_ = self.log
         return (0, "", log_.high_watermark, log_.log_start_offset, log_.log_end_offset, records)
@@ -650,6 +691,7 @@ class PartitionReplica:
         diverging_epoch, diverging_end_offset, records): a diverging end offset >= 0 tells the
         follower to truncate (KIP-320); otherwise records from ``fetch_offset`` up to the log
         end, waiting up to ``max_wait_ms`` for some."""
+        started = time.perf_counter()
         appended = self._loop_ready()
         log_ = self.log
         try:
@@ -678,10 +720,18 @@ class PartitionReplica:
             self._maybe_propose_isr()
             data = await self._read_waiting(fetch_offset, max_bytes, 1, max_wait_ms, False)
         except RafkaError as e:
+            self._fetched(metrics.REPLICATION, _EMPTY, started)
             return (e.errno, str(e), -1, log_.log_start_offset, -1, -1, -1, _EMPTY)
+        self._fetched(metrics.REPLICATION, data, started)
         records = np.frombuffer(data, dtype=np.uint8) if len(data) else _EMPTY
         return (0, "", log_.high_watermark, log_.log_start_offset, log_.log_end_offset, -1, -1,
                 records)  # fmt: skip
+
+    def _fetched(self, kind: str, data, started: float) -> None:
+        """One fetch's metrics: what it sent (``data``, whole batches) and how long it took,
+        including the long-poll wait (``started``: time.perf_counter() at its start)."""
+        elapsed = metrics.elapsed_ms(started, time.perf_counter())
+        self.partition_metrics.fetched(kind, data, elapsed)
 
     def _diverged(self, epoch: int, end_offset: int) -> tuple:
         log_ = self.log

@@ -266,9 +266,10 @@ def plan_micro_batch(
     if total == 0:
         return None
     if max_records is not None and total > max_records:
+        # Largest remainders: each share is its exact proportion rounded down or up.
         quota = {p: max_records * lag // total for p, lag in lags.items()}
         spare = max_records - sum(quota.values())
-        for p in sorted(lags, key=lambda q: (quota[q] - lags[q], q)):
+        for p in sorted(lags, key=lambda q: (-(max_records * lags[q] % total), q)):
             if spare <= 0:
                 break
             if quota[p] < lags[p]:

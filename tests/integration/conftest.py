@@ -37,6 +37,8 @@ def ray_session():
         include_dashboard=False,
         namespace=NAMESPACE,
         logging_level="WARNING",
+        # Metrics reach Ray's Prometheus endpoint within about a second (default: 10 s).
+        _system_config={"metrics_report_interval_ms": 1000},
     )
     yield ray
     ray.shutdown()
