@@ -10,6 +10,7 @@ import uuid
 
 from rafka import TopicPartition
 from rafka.cli import main
+from tests.cli_output import table_rows
 
 
 def run(capsys, cluster, *argv: str) -> tuple[int, str, str]:
@@ -18,17 +19,6 @@ def run(capsys, cluster, *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
-def table(out: str, heading: str) -> list[list[str]]:
-    """The rows, split on whitespace, of the indented table under the line that starts
-    with ``heading``."""
-    lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
-    rows = []
-    for line in lines[start + 1 :]:
-        if not line.startswith("  "):
-            break
-        rows.append(line.split())
-    return rows
 
 
 def test_status_shows_the_topic_per_broker_and_the_group_with_lag_0(cluster, make_topic, capsys):
@@ -57,13 +47,13 @@ def test_status_shows_the_topic_per_broker_and_the_group_with_lag_0(cluster, mak
 
     status, out, err = run(capsys, cluster, "status", "--all", "--groups-detail")
     assert status == 0, err
-    broker = next(r for r in table(out, "brokers:") if r[0] == "0")
+    broker = next(r for r in table_rows(out, "brokers:") if r[0] == "0")
     assert broker[1] == "local" and "yes" in broker  # broker 0, disk 'local', alive
-    (row,) = [r for r in table(out, "topics:") if r[0] == topic]
+    (row,) = [r for r in table_rows(out, "topics:") if r[0] == topic]
     assert row == [topic, "2", "1", "0:2/2", "0", "0"]  # partitions, RF, per broker, health
-    (group_row,) = [r for r in table(out, "consumer groups:") if r[0] == group]
+    (group_row,) = [r for r in table_rows(out, "consumer groups:") if r[0] == group]
     assert group_row == [group, "Empty", "0", "2", "0"]  # no members after close, lag 0
-    per_partition = [r for r in table(out, "lag per partition:") if r[0] == group]
+    per_partition = [r for r in table_rows(out, "lag per partition:") if r[0] == group]
     assert per_partition == [[group, topic, "0", "10", "10", "0", "-"],
                              [group, topic, "1", "10", "10", "0", "-"]]  # fmt: skip
 

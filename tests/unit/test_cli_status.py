@@ -19,6 +19,7 @@ from rafka.errors import CoordinatorLoadInProgress, CoordinatorNotAvailable
 from rafka.types import GroupDescription, GroupListing, GroupPartitionOffsets, MemberDescription
 from rafka.types import TopicPartition as TP
 from tests.cli_help import help_without_ray
+from tests.cli_output import table_rows
 
 GiB = 1 << 30
 
@@ -135,17 +136,6 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
-def section(out: str, heading: str) -> list[list[str]]:
-    """The rows (split on whitespace) of the indented table under the line starting with
-    ``heading``, its header row first."""
-    lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
-    rows = []
-    for line in lines[start + 1 :]:
-        if not line.startswith("  "):
-            break
-        rows.append(line.split())
-    return rows
 
 
 # -- cluster_overview ---------------------------------------------------------------------------
@@ -239,14 +229,14 @@ def test_status_table_shows_each_broker_with_its_partition_and_leader_counts(adm
     assert lines[:3] == ["rafka in Ray namespace 'prod'",
                          "controller: disk 'disk-0', metadata offset 57",
                          "brokers: 3, 2 alive"]  # fmt: skip
-    rows = section(out, "brokers:")
+    rows = table_rows(out, "brokers:")
     assert rows[0] == ["BROKER", "DISK", "NODE", "ALIVE", "USED", "FREE", "DISK", "REPLICAS",
                        "LEADERS", "DIRECTORY"]  # fmt: skip
     assert rows[1] == ["0", "disk-0", "10.0.0.1", "yes", "25%", "75.0", "GiB", "of", "100.0",
                        "GiB", "3", "3", "/data/disk-0"]  # fmt: skip
     assert rows[3] == ["2", "disk-2", "-", "NO", "-", "-", "2", "0", "-"]
     assert "topics: 2, partitions: 4; internal: __consumer_offsets (2 partitions)" in out
-    topics = section(out, "topics:")
+    topics = table_rows(out, "topics:")
     assert topics[0] == ["TOPIC", "PARTITIONS", "RF", "LEADERS/REPLICAS", "PER", "BROKER",
                          "UNDER-REPLICATED", "OFFLINE"]  # fmt: skip
     assert topics[2] == ["orders", "3", "2", "0:2/2", "1:1/3", "2:0/1", "1", "0"]
@@ -257,7 +247,7 @@ def test_status_lists_under_replicated_and_offline_partitions(admin, capsys):
     """Each problem partition is a row with its leader ('-': none), replicas, ISR and state."""
     out = run(capsys)[1]
     assert "under-replicated partitions: 1, offline partitions: 1" in out
-    assert section(out, "under-replicated partitions:") == [
+    assert table_rows(out, "under-replicated partitions:") == [
         ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "STATE"],
         ["audit", "0", "2", "2", "2", "offline"],
         ["orders", "1", "1", "1,2", "1", "under-replicated"],
@@ -269,13 +259,13 @@ def test_status_sums_each_group_s_lag_and_details_it_on_request(admin, capsys):
     adds the lag per partition."""
     out = run(capsys)[1]
     assert "consumer groups: 2, total lag: 65" in out
-    assert section(out, "consumer groups:") == [
+    assert table_rows(out, "consumer groups:") == [
         ["GROUP", "STATE", "MEMBERS", "PARTITIONS", "LAG"],
         ["audit", "Empty", "0", "1", "0"],
         ["billing", "Stable", "1", "4", "65"],
     ]
     assert "lag per partition" not in out
-    detail = section(run(capsys, "--groups-detail")[1], "lag per partition:")
+    detail = table_rows(run(capsys, "--groups-detail")[1], "lag per partition:")
     assert detail[0] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
                          "LAG", "MEMBER-ID"]  # fmt: skip
     assert detail[1:] == [
@@ -293,7 +283,7 @@ def test_status_shows_a_failing_group_description_with_its_error(admin, capsys):
     status, out, err = run(capsys)
     assert status == 0, err
     assert "consumer groups: 2, total lag: 0 (1 could not be described)" in out
-    rows = section(out, "consumer groups:")
+    rows = table_rows(out, "consumer groups:")
     assert rows[0][-1] == "ERROR"
     assert rows[2][:5] == ["billing", "Stable", "1", "-", "-"]
     assert " ".join(rows[2][5:]) == "CoordinatorNotAvailable: coordinator shard 1 is restarting"
@@ -341,9 +331,9 @@ def test_long_tables_are_cut_unless_all(admin, capsys):
     many = {f"t{i:03d}": [partition(0, 0, (0,), (0,))] for i in range(cluster_cli.MAX_ROWS + 5)}
     admin._gateway.topics = many
     out = run(capsys)[1]
-    assert len(section(out, "topics:")) == cluster_cli.MAX_ROWS + 2  # header + rows + "..."
+    assert len(table_rows(out, "topics:")) == cluster_cli.MAX_ROWS + 2  # header + rows + "..."
     assert "  ... and 5 more topics (--all or --json: all)" in out
-    assert len(section(run(capsys, "--all")[1], "topics:")) == cluster_cli.MAX_ROWS + 6
+    assert len(table_rows(run(capsys, "--all")[1], "topics:")) == cluster_cli.MAX_ROWS + 6
 
 
 def test_status_options_parse_and_help_does_not_import_ray():
