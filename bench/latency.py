@@ -2,8 +2,9 @@
 
 Workload: one topic with one partition, ``--value-size``-byte values (100 by default). A
 producer in the harness's process sends ``--latency-rate`` records per second for
-``--latency-seconds`` seconds (acks=1, linger ``--latency-linger-ms``, 1 ms by default) while
-one consumer in another process reads the partition from its start and polls in a loop. Each
+``--latency-seconds`` seconds (5,000/s for 2 s by default; acks=1, linger
+``--latency-linger-ms``, 1 ms by default) while one consumer in another process reads the
+partition from its start and polls in a loop. Each
 value starts with its sequence number and the time it was handed to ``send()``
 (``time.monotonic_ns()``: CLOCK_MONOTONIC, one clock for every process of the machine); the
 consumer takes the time when a poll returns, and a record's latency is that time minus the
@@ -65,8 +66,11 @@ TINY = {"latency_rate": 1000, "latency_seconds": 2.0}
 def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--latency-rate", type=float, default=5000,
                        help="records per second offered (default 5000)")
-    group.add_argument("--latency-seconds", type=float, default=10.0,
-                       help="seconds of sending at that rate (default 10)")
+    # Two seconds by default: on Tansu 0.6's memory storage the peer's consumer stops
+    # receiving after a few seconds of a steady stream (about 5,000-15,000 records), and a
+    # run it cannot finish gives it no figures. rafka holds up for any duration.
+    group.add_argument("--latency-seconds", type=float, default=2.0,
+                       help="seconds of sending at that rate (default 2)")
     group.add_argument("--latency-linger-ms", type=float, default=1,
                        help="producer linger on both sides, ms (default 1)")
     group.add_argument("--latency-fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS,
@@ -376,9 +380,16 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
         report["peer"] = run_peer(broker.bootstrap, rate, count, size, linger, peer_wait)
         print("peer:  " + _line(report["peer"]), file=sys.stderr)
     mine, theirs = report["rafka"], report.get("peer") or {}
-    for side in (mine, theirs):
-        if side and side.get("lost"):
-            raise RuntimeError(f"{side['lost']} of {count} records never arrived: {side}")
+    if mine.get("lost"):
+        raise RuntimeError(f"{mine['lost']} of {count} records never reached rafka's consumer")
+    if theirs.get("lost"):
+        # Percentiles over the records that did arrive would flatter the peer: no ratio.
+        report["peer_incomplete"] = (
+            f"the peer's consumer received {theirs['received']:,} of {count:,} records within "
+            f"{DRAIN_GIVE_UP_S:g} s of the last send; its percentiles are left out of the summary"
+        )
+        print("peer:  " + report["peer_incomplete"], file=sys.stderr)
+        theirs = {}
     rows = [
         row(f"{label} at {rate:,.0f}/s", "ms", mine.get(name), peer=theirs.get(name),
             higher_is_better=False)
