@@ -19,18 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from bisect import bisect_right
 from typing import Callable, NamedTuple
 
-from rafka.errors import (
-    InvalidFetchSize,
-    InvalidRecord,
-    OffsetOutOfRange,
-    RecordTooLarge,
-)
+from rafka.errors import InvalidFetchSize, InvalidRecord, OffsetOutOfRange
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import read_offset, write_atomically, write_offset
-from rafka.storage.config import LONG_MAX, LogConfig
+from rafka.storage.config import LogConfig
+from rafka.storage.flush_policy import FlushPolicy
 from rafka.storage.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
 from rafka.storage.log_loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -39,6 +34,12 @@ from rafka.storage.log_loader import (
     RecoveryReport,
     ensure_writable_directory,
     load_segments,
+)
+from rafka.storage.log_reader import find_offset_for_timestamp, read_batches, segment_index
+from rafka.storage.log_validator import (
+    PreparedBatch,
+    prepare_leader_batches,
+    validate_batches,
 )
 from rafka.storage.producer_state import ProducerStateManager
 from rafka.storage.segment import Segment
@@ -110,8 +111,7 @@ class Log:
         self._rebuild_producer_state()
         self.high_watermark = self.log_start_offset
         self._set_high_watermark(read_offset(self._path(HIGH_WATERMARK_FILE)) or 0)
-        self._unflushed_messages = 0
-        self._last_flush_ms = self.clock()
+        self.flush_policy = FlushPolicy(self.config, self.clock())
         if self.recovery_report.dropped_data:
             log.warning("%s: %s", directory, self.recovery_report.summary())
         # Everything that survived recovery is on disk now: record it, so a crash before the
@@ -142,7 +142,7 @@ class Log:
         start = self.log_start_offset if start is None else start
         if start >= self.log_end_offset:
             return
-        for segment in self.segments[max(self._segment_index(start), 0) :]:
+        for segment in self.segments[max(segment_index(self._bases, start), 0) :]:
             _, position = segment.offset_index.lookup(start)
             for _, header in segment.iter_headers(position):
                 if header.base_offset >= start:
@@ -176,10 +176,6 @@ class Log:
         """(epoch, end offset) answer to a follower whose last epoch is ``epoch`` (KIP-279)."""
         return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
-    def _segment_index(self, offset: int) -> int:
-        """Index of the segment whose range holds ``offset`` (-1 if below the first)."""
-        return bisect_right(self._bases, offset) - 1
-
     # -- appending -----------------------------------------------------------------------------
 
     def append_as_leader(
@@ -193,7 +189,7 @@ class Log:
         its producer's last five batches, nothing is written and the original offsets return.
         """
         view = memoryview(records).cast("B")
-        batches = self._validate(view, allow_control)
+        batches = validate_batches(view, self.config, self.directory, allow_control)
         # Transaction markers carry a producer id but no sequence: only data batches are checked.
         idempotent = [h for _, h in batches if h.has_producer_id and not h.is_control]
         if idempotent:
@@ -210,23 +206,10 @@ class Log:
                     self.log_start_offset, duplicate=True,
                 )  # fmt: skip
 
-        target_codec = self._target_codec()
         append_time = self.clock() if self.config.message_timestamp_type == "LogAppendTime" else -1
-        prepared: list[tuple[list, rb.BatchHeader]] = []
-        next_offset = self.log_end_offset
-        for position, header in batches:
-            batch = view[position : position + header.size]
-            if target_codec is not None and header.codec is not target_codec:
-                batch = memoryview(rb.reencode(rb.decode_records(batch), codec=target_codec))
-                header = rb.read_header(batch)
-            head = bytearray(batch[: rb.HEADER_SIZE])
-            body = batch[rb.HEADER_SIZE :]
-            rb.set_base_offset(head, next_offset)
-            rb.set_partition_leader_epoch(head, leader_epoch)
-            if append_time >= 0:
-                rb.set_log_append_time(head, body, append_time)
-            prepared.append(([head, body], rb.BatchHeader._make(rb.HEADER.unpack_from(head))))
-            next_offset += header.last_offset_delta + 1
+        prepared = prepare_leader_batches(
+            view, batches, self.config, self.log_end_offset, leader_epoch, append_time
+        )
         self._write(prepared)
         headers = [h for _, h in prepared]
         first, last = headers[0], headers[-1]
@@ -238,7 +221,9 @@ class Log:
     def append_as_follower(self, records) -> LogAppendInfo:
         """Append batches copied from the leader, keeping their offsets and epochs."""
         view = memoryview(records).cast("B")
-        batches = self._validate(view, allow_control=True, as_follower=True)
+        batches = validate_batches(
+            view, self.config, self.directory, allow_control=True, as_follower=True
+        )
         expected = self.log_end_offset
         for _, header in batches:
             if header.base_offset < expected:
@@ -255,40 +240,7 @@ class Log:
             sum(h.record_count for h in headers), self.log_start_offset,
         )  # fmt: skip
 
-    def _validate(
-        self, view: memoryview, allow_control: bool, as_follower: bool = False
-    ) -> list[tuple[int, rb.BatchHeader]]:
-        if len(view) == 0:
-            raise InvalidRecord("an append needs at least one batch, got 0 bytes")
-        limit = self.config.max_message_bytes
-        batches = []
-        for position, header in rb.iter_batches(view, verify=True):
-            if header.size > limit and not as_follower:
-                raise RecordTooLarge(
-                    f"batch of {header.size} bytes exceeds max.message.bytes={limit} of "
-                    f"{self.directory}; send smaller batches (lower the producer's batch size) "
-                    "or raise the topic's max.message.bytes"
-                )
-            if header.size > self.config.segment_bytes:
-                raise RecordTooLarge(
-                    f"batch of {header.size} bytes exceeds segment.bytes="
-                    f"{self.config.segment_bytes}; raise segment.bytes or send smaller batches"
-                )
-            if header.is_control and not allow_control:
-                raise InvalidRecord("control batches are written only by a transaction coordinator")
-            if not as_follower and header.record_count != header.last_offset_delta + 1:
-                raise InvalidRecord(
-                    f"batch declares {header.record_count} records but last offset delta "
-                    f"{header.last_offset_delta}; a producer's batch has offsets 0..n-1"
-                )
-            batches.append((position, header))
-        return batches
-
-    def _target_codec(self) -> rb.Codec | None:
-        name = self.config.compression_type
-        return None if name == "producer" else rb.Codec.from_name(name)
-
-    def _write(self, batches: list[tuple[list, rb.BatchHeader]]) -> None:
+    def _write(self, batches: list[PreparedBatch]) -> None:
         """Roll if needed, write the batches (each given as buffers and its final header) to
         the active segment with as few writev calls as the OS allows, then update leader
         epochs, producer state and the flush policy."""
@@ -305,11 +257,8 @@ class Log:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
             self.producer_state.update(header)
         self.log_end_offset = segment.next_offset
-        self._unflushed_messages += sum(h.record_count for h in headers)
-        if self._unflushed_messages >= self.config.flush_messages or (
-            self.config.flush_ms != LONG_MAX
-            and self.clock() - self._last_flush_ms >= self.config.flush_ms
-        ):
+        self.flush_policy.record_append(sum(h.record_count for h in headers))
+        if self.flush_policy.due_after_append(self.clock()):
             self.flush()
 
     def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int) -> None:
@@ -347,19 +296,18 @@ class Log:
         """fdatasync everything appended so far; it survives any crash from now on."""
         self.active_segment.flush()
         self.recovery_point = self.log_end_offset
-        self._unflushed_messages = 0
-        self._last_flush_ms = self.clock()
+        self.flush_policy.record_flush(self.clock())
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush.ms`` has passed since the last flush (call from a timer)."""
-        if self._unflushed_messages and self.clock() - self._last_flush_ms >= self.config.flush_ms:
+        if self.flush_policy.due_on_timer(self.clock()):
             self.flush()
             return True
         return False
 
     @property
     def unflushed_messages(self) -> int:
-        return self._unflushed_messages
+        return self.flush_policy.unflushed_messages
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -374,13 +322,7 @@ class Log:
                 f"offset {offset} is outside the log [{self.log_start_offset}, "
                 f"{self.log_end_offset}] of {self.directory}; seek to a position inside it"
             )
-        data = memoryview(b"")
-        if max_offset is None or offset < max_offset:
-            for segment in self.segments[max(self._segment_index(offset), 0) :]:
-                found = segment.find_batch(offset)
-                if found is not None:
-                    data = segment.read(found[0], max_bytes, max_offset)
-                    break
+        data = read_batches(self.segments, self._bases, offset, max_bytes, max_offset)
         return LogReadResult(
             data, self.log_start_offset, self.high_watermark, self.log_end_offset
         )
@@ -388,17 +330,7 @@ class Log:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is at or after
         ``timestamp``, or None when there is none."""
-        for segment in self.segments:
-            if segment.max_timestamp < timestamp:
-                continue
-            found = segment.find_offset_by_timestamp(timestamp)
-            if found is None:
-                continue
-            records = rb.decode_records(found[1])
-            for record_offset, record_ts in zip(records.offsets, records.timestamps):
-                if record_ts >= timestamp and record_offset >= self.log_start_offset:
-                    return record_offset, record_ts
-        return None
+        return find_offset_for_timestamp(self.segments, timestamp, self.log_start_offset)
 
     # -- truncation and deletion ---------------------------------------------------------------
 
