@@ -165,6 +165,29 @@ def allocate_producer_ids(image: MetadataImage) -> tuple[range, Records]:
     return block, [{"type": "producer_ids", "next": block.stop}]
 
 
+def start_replica(
+    image: MetadataImage, topic_id: str, partition: int, broker_id: int
+) -> tuple[int, Records]:
+    """The replica epoch of a replica that (re)started and checked in: the next value of the
+    cluster's counter, recorded so that it survives a controller restart."""
+    epoch = image.next_replica_epoch
+    return epoch, [{"type": "replica_epoch", "topic_id": topic_id, "partition": partition,
+                    "broker_id": broker_id, "epoch": epoch}]  # fmt: skip
+
+
+def reserve_replica_epoch(image: MetadataImage) -> tuple[int, Records]:
+    """One replica epoch for replicas created together (new topics, partitions or
+    reassignment targets): a created replica starts with an empty log, so all may share it;
+    it is above the epoch of any earlier life of the same replica."""
+    epoch = image.next_replica_epoch
+    return epoch, [{"type": "replica_epochs", "next": epoch + 1}]
+
+
+def replica_epochs_of(image: MetadataImage, topic_id: str, partition: int) -> dict[int, int]:
+    """Broker -> current replica epoch, for the replicas of one partition that checked in."""
+    return dict(image.replica_epochs.get((topic_id, partition), {}))
+
+
 def _check_partition_count(count: object) -> None:
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PARTITIONS:
         raise InvalidPartitions(

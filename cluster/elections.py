@@ -2,13 +2,23 @@
 
 Plain Python, no Ray and no I/O. Each function takes a partition's state (and which brokers
 are alive) and returns its next state, or None when nothing changes; the Controller actor
-appends the new state as a metadata record and then tells the replicas. Rules (Kafka's):
+appends the new state as a metadata record and then tells the replicas. Rules (Kafka's, with
+KIP-966's eligible leader replicas):
 
-- a leader comes from the ISR, preferred order first (``replicas[0]`` is preferred); only
-  with ``unclean.leader.election.enable`` may an out-of-sync live replica lead, and then the
-  ISR becomes that replica alone;
+- a leader comes from the candidates (the ISR, then the eligible leader replicas), preferred
+  order first (``replicas[0]`` is preferred), skipping any that restarted after an unclean
+  shutdown while a candidate that did not may still come back;
+- when every candidate restarted uncleanly (a correlated power loss), the one with the
+  longest log, by (last leader epoch, log end offset), leads and becomes the ISR alone; until
+  every candidate has reported, the partition waits without a leader;
+- only with ``unclean.leader.election.enable`` may a replica outside the candidates lead,
+  and then the ISR becomes that replica alone;
+- a replica that leaves the ISR while the ISR is below ``min.insync.replicas`` becomes an
+  eligible leader replica: no record was committed without it, because a leader does not
+  advance its high watermark while its ISR is that small; the eligible set empties once the
+  ISR is back at ``min.insync.replicas``;
 - the ISR is never empty: when its last member dies it stays as the ISR and the partition
-  has no leader (NO_LEADER) until that member comes back;
+  has no leader (NO_LEADER) until a candidate comes back;
 - every change of leader bumps ``leader_epoch``; every change of any kind bumps
   ``partition_epoch``;
 - only the current leader, in its current epochs, may change the ISR, and it may only add a
@@ -20,7 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Collection, Mapping
 
-from rafka.cluster.metadata import NO_LEADER, PartitionState
+from rafka.cluster.metadata import NO_LEADER, LogPosition, PartitionState
 from rafka.errors import (
     FencedLeaderEpoch,
     IneligibleReplica,
@@ -29,23 +39,41 @@ from rafka.errors import (
     NotLeaderOrFollower,
 )
 
+#: The position an unclean restart reports when it could not read its log: below any other.
+UNKNOWN_POSITION: LogPosition = (-1, -1)
 
-def choose_leader(p: PartitionState, live: Collection[int], unclean: bool) -> tuple[int, bool]:
-    """(leader, was_unclean): the first live ISR member in preferred order (the current
-    leader if it is still live and in sync), else with ``unclean`` the first live replica,
-    else NO_LEADER."""
-    if p.leader != NO_LEADER and p.leader in live and p.leader in p.isr:
-        return p.leader, False
+
+def _preferred_order(p: PartitionState) -> list[int]:
     targets = p.target_replicas
-    ordered = targets + [b for b in p.replicas if b not in targets]
-    for b in ordered:
-        if b in p.isr and b in live:
-            return b, False
+    return targets + [b for b in p.replicas if b not in targets]
+
+
+def choose_leader(
+    p: PartitionState, live: Collection[int], unclean: bool
+) -> tuple[int, str]:
+    """(leader, how): ``how`` is "kept" (the current leader is live and in sync), "clean" (a
+    live candidate that did not restart uncleanly), "longest" (every candidate restarted
+    uncleanly and this one has the longest log), "unclean" (outside the candidates, with
+    ``unclean``), or "none" (NO_LEADER: wait for a candidate)."""
+    if p.leader != NO_LEADER and p.leader in live and p.leader in p.isr:
+        return p.leader, "kept"
+    ordered = _preferred_order(p)
+    marked = p.unclean_candidates
+    for group in (p.isr, p.elr):
+        for b in ordered:
+            if b in group and b in live and b not in marked:
+                return b, "clean"
+    candidates = p.candidates
+    if candidates and all(b in marked for b in candidates):
+        # Ties go to the preferred order: max() keeps the first of equal keys.
+        best = max((b for b in ordered if b in candidates), key=lambda b: marked[b])
+        if best in live:
+            return best, "longest"
     if unclean:
         for b in ordered:
             if b in live:
-                return b, True
-    return NO_LEADER, False
+                return b, "unclean"
+    return NO_LEADER, "none"
 
 
 def _with(p: PartitionState, **changes) -> PartitionState:
@@ -57,67 +85,119 @@ def _with(p: PartitionState, **changes) -> PartitionState:
     return new
 
 
-def _elect(p: PartitionState, isr: list[int], live: Collection[int], unclean: bool):
-    candidate = replace(p, isr=isr)
-    leader, was_unclean = choose_leader(candidate, live, unclean)
-    if was_unclean:
-        isr = [leader]
-    return leader, isr
+def _effective_min_isr(p: PartitionState, min_isr: int) -> int:
+    """Kafka's effective min ISR: a partition cannot need more in-sync replicas than it has."""
+    return max(1, min(min_isr, len(p.target_replicas)))
+
+
+def _shrunk(p: PartitionState, isr: list[int], min_isr: int) -> list[int]:
+    """The eligible leader replicas once the ISR becomes ``isr``: members that leave while
+    it is below min ISR join them; they all leave once it is back at min ISR."""
+    if len(isr) >= _effective_min_isr(p, min_isr):
+        return []
+    left = [b for b in p.isr if b not in isr]
+    return [b for b in p.elr + left if b not in isr]
+
+
+def _elected(
+    p: PartitionState, live: Collection[int], unclean: bool, min_isr: int
+) -> dict:
+    """The fields of ``p`` after choosing a leader among the live replicas (NO_LEADER when
+    none may lead yet). Candidates that restarted uncleanly leave the ISR and the eligible
+    replicas once any leader is chosen: the leader's log is the truth from then on."""
+    leader, how = choose_leader(p, live, unclean)
+    marked = p.unclean_candidates
+    if how in ("longest", "unclean"):
+        return dict(leader=leader, isr=[leader], elr=[], unclean_candidates={})
+    if how == "none":
+        return dict(leader=NO_LEADER, isr=p.isr, elr=p.elr, unclean_candidates=marked)
+    clean_isr = [b for b in p.isr if b not in marked]
+    if leader in p.isr:
+        isr = clean_isr
+    else:  # from the eligible replicas: the ISR's members are all down, out of the ISR now
+        isr = [leader] + [b for b in clean_isr if b in live]
+    candidates = [b for b in p.candidates if b not in marked and b not in isr]
+    elr = [] if len(isr) >= _effective_min_isr(p, min_isr) else candidates
+    return dict(leader=leader, isr=isr, elr=elr, unclean_candidates={})
+
+
+def _changed(p: PartitionState, fields: dict) -> PartitionState | None:
+    if all(getattr(p, k) == v for k, v in fields.items()):
+        return None
+    return _with(p, **fields)
 
 
 def fence_broker(
-    p: PartitionState, broker: int, live: Collection[int], unclean: bool
+    p: PartitionState, broker: int, live: Collection[int], unclean: bool, min_isr: int = 1
 ) -> PartitionState | None:
-    """``broker`` is dead (or fenced): it leaves the ISR (unless it is the last member), and
-    a partition it led gets a new leader."""
+    """``broker`` is dead (or fenced): it leaves the ISR (unless it is the last member;
+    it becomes an eligible leader replica when the ISR is then below min ISR), and a
+    partition it led gets a new leader."""
     if broker not in p.isr and p.leader != broker:
         return None
     isr = [b for b in p.isr if b != broker] or [broker]
+    elr = _shrunk(p, isr, min_isr)
+    marked = {b: v for b, v in p.unclean_candidates.items() if b in isr or b in elr}
     live = [b for b in live if b != broker]
-    leader, isr = _elect(replace(p, leader=NO_LEADER if p.leader == broker else p.leader),
-                         isr, live, unclean)  # fmt: skip
-    if leader == p.leader and isr == p.isr:
-        return None
-    return _with(p, leader=leader, isr=isr)
+    shrunk = replace(p, leader=NO_LEADER if p.leader == broker else p.leader, isr=isr,
+                     elr=elr, unclean_candidates=marked)  # fmt: skip
+    return _changed(p, _elected(shrunk, live, unclean, min_isr))
 
 
 def elect_if_leaderless(
-    p: PartitionState, live: Collection[int], unclean: bool
+    p: PartitionState, live: Collection[int], unclean: bool, min_isr: int = 1
 ) -> PartitionState | None:
     """A leader for a partition without a live one (a broker came back, or unclean
     election was just enabled)."""
     if p.leader != NO_LEADER and p.leader in live:
         return None
-    leader, isr = _elect(replace(p, leader=NO_LEADER), p.isr, live, unclean)
-    if leader == NO_LEADER and p.leader == NO_LEADER:
-        return None
-    return _with(p, leader=leader, isr=isr)
+    return _changed(p, _elected(replace(p, leader=NO_LEADER), live, unclean, min_isr))
 
 
 def replica_restarted(
-    p: PartitionState, broker: int, live: Collection[int], unclean: bool, clean: bool
+    p: PartitionState,
+    broker: int,
+    live: Collection[int],
+    unclean: bool,
+    clean: bool,
+    position: LogPosition | None = None,
+    min_isr: int = 1,
 ) -> PartitionState | None:
-    """``broker``'s replica actor started again. After an unclean stop its log may have lost
-    unflushed records, so it leaves the ISR (unless it is the last member) and rejoins by
-    catching up; if it led, another live in-sync replica takes over, and with none live the
-    partition has no leader (as for any election, unless unclean election is enabled). A
-    leader that restarts keeps nothing of its old epoch: it always gets a new one, so records
-    it writes can never be confused with records it lost."""
+    """``broker``'s replica actor started again; ``position`` is its log's (last leader
+    epoch, log end offset). After a clean stop it lost nothing: a leader keeps leading (in
+    a new epoch, so records it writes can never be confused with records of its earlier
+    life) and a leaderless partition may elect it. After an unclean stop its log may have
+    lost unflushed records: while another replica leads, it leaves the ISR and the eligible
+    replicas and rejoins by catching up; while the partition has no leader (or it led), it
+    stays a candidate marked unclean, so that a candidate that lost nothing is preferred
+    and, if every candidate lost its tail, the longest log wins."""
     if broker not in p.replicas:
         return None
-    isr = p.isr if clean else ([b for b in p.isr if b != broker] or [broker])
+    live = {*live, broker}
+    others_lead = p.leader not in (NO_LEADER, broker)
+    if clean:
+        if p.leader == broker:
+            new = _with(p, leader=broker)
+            new.leader_epoch = p.leader_epoch + 1
+            return new
+        if others_lead:
+            return None
+        return _changed(p, _elected(p, live, unclean, min_isr))
+    if others_lead:
+        isr = [b for b in p.isr if b != broker]
+        elr = [b for b in p.elr if b != broker]
+        return _changed(p, dict(isr=isr, elr=elr))
+    marked = dict(p.unclean_candidates)
+    if broker in p.candidates:
+        marked[broker] = tuple(position) if position is not None else UNKNOWN_POSITION
+    fields = _elected(replace(p, leader=NO_LEADER, unclean_candidates=marked), live, unclean,
+                      min_isr)  # fmt: skip
+    new = _with(p, **fields)
     if p.leader == broker:
-        if clean:
-            leader = broker
-        else:  # it left the ISR (unless it was the last member): elect as after a death
-            leader, isr = _elect(replace(p, leader=NO_LEADER), isr, [*live, broker], unclean)
-        new = _with(p, leader=leader, isr=isr)
-        new.leader_epoch = p.leader_epoch + 1
-        return new
-    if p.leader == NO_LEADER:
-        leader, isr = _elect(p, isr, [*live, broker], unclean)
-        return _with(p, leader=leader, isr=isr) if leader != NO_LEADER or isr != p.isr else None
-    return _with(p, isr=isr) if isr != p.isr else None
+        new.leader_epoch = p.leader_epoch + 1  # even when it leads again
+    elif new.leader == p.leader and all(getattr(p, k) == v for k, v in fields.items()):
+        return None
+    return new
 
 
 def preferred_leader(p: PartitionState, live: Collection[int]) -> PartitionState | None:
@@ -137,12 +217,14 @@ def alter_isr(
     live: Collection[int],
     incarnations: Mapping[int, int] | None = None,
     current_incarnations: Mapping[int, int] | None = None,
+    min_isr: int = 1,
 ) -> PartitionState:
     """The leader's ISR proposal, checked; raises (and changes nothing) when the proposal is
-    stale or names a replica that may not join. ``incarnations`` are those the leader saw
-    each joining replica fetch in; ``current_incarnations`` the newest the controller knows
-    (from replicas checking in after a restart): a replica that restarted since it caught up
-    may not join on its earlier life's progress."""
+    stale or names a replica that may not join. ``incarnations`` are the replica epochs the
+    leader saw each joining replica fetch in; ``current_incarnations`` the current ones the
+    controller handed out (at each replica's start): a replica that restarted since it
+    caught up may not join on its earlier life's progress. Members that leave while the ISR
+    is below ``min_isr`` become eligible leader replicas."""
     if leader != p.leader:
         raise NotLeaderOrFollower(
             f"broker {leader} proposed an ISR but the leader is {p.leader}"
@@ -170,9 +252,11 @@ def alter_isr(
         raise IneligibleReplica(f"brokers {joining} are not alive and may not join the ISR")
     known = current_incarnations or {}
     seen = incarnations or {}
+    # A replica created after its epoch was recorded (moved away and back) fetches with a
+    # newer epoch than the recorded one; only an older one means progress from an earlier life.
     restarted = [
         b for b in new_isr
-        if b not in p.isr and b in known and seen.get(b) != known[b]
+        if b not in p.isr and b in known and seen.get(b, -1) < known[b]
     ]  # fmt: skip
     if restarted:
         raise IneligibleReplica(
@@ -182,9 +266,12 @@ def alter_isr(
     isr = [b for b in p.isr if b in new_isr] + [b for b in new_isr if b not in p.isr]
     if isr == p.isr:
         return p
+    elr = _shrunk(p, isr, min_isr)
     # One change, one partition epoch: the ISR change and the reassignment it completes are
     # a single record.
-    return complete_reassignment(replace(p, isr=isr), live, unclean=False) or _with(p, isr=isr)
+    return complete_reassignment(
+        replace(p, isr=isr, elr=elr), live, unclean=False, min_isr=min_isr
+    ) or _with(p, isr=isr, elr=elr)
 
 
 def reassign(
@@ -215,7 +302,7 @@ def reassign(
 
 
 def complete_reassignment(
-    p: PartitionState, live: Collection[int], unclean: bool
+    p: PartitionState, live: Collection[int], unclean: bool, min_isr: int = 1
 ) -> PartitionState | None:
     """Finish a reassignment whose target replicas are all in sync: the removed replicas
     leave, and leadership moves into the target set if it was outside it."""
@@ -228,7 +315,8 @@ def complete_reassignment(
     candidate = replace(
         p, replicas=target, isr=isr, adding=[], removing=[],
         leader=p.leader if p.leader in target else NO_LEADER,
+        elr=[b for b in p.elr if b in target],
+        unclean_candidates={b: v for b, v in p.unclean_candidates.items() if b in target},
     )  # fmt: skip
-    leader, isr = _elect(candidate, isr, live, unclean)
-    new = _with(p, replicas=target, isr=isr, adding=[], removing=[], leader=leader)
-    return new
+    fields = _elected(candidate, live, unclean, min_isr)
+    return _with(p, replicas=target, adding=[], removing=[], **fields)

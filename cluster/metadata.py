@@ -8,10 +8,19 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
     topic       {topic_id, name, config, internal}     a topic was created
     partition   {topic_id, partition, replicas, isr,   a partition was created or its
                  leader, leader_epoch,                 leadership, ISR or replica set
-                 partition_epoch, adding, removing}    changed (whole state)
+                 partition_epoch, adding, removing,    changed (whole state)
+                 elr, unclean_candidates}
     config      {topic_id, config}                     a topic's overrides were replaced
     delete      {topic_id}                             a topic was deleted
     producer_ids {next}                                ids below ``next`` are handed out
+    replica_epoch {topic_id, partition, broker_id,     a replica (re)started and checked in:
+                   epoch}                              its new replica epoch
+    replica_epochs {next}                              replica epochs below ``next`` are used
+
+Replica epochs play the part of KRaft's broker epochs, per replica: a number the controller
+hands a replica each time it starts, from one counter that only grows and is persisted here,
+so neither a clock that steps back nor a controller restart can make a replica that lost data
+look like the one that caught up (KIP-903).
 """
 
 from __future__ import annotations
@@ -24,6 +33,10 @@ from rafka.errors import UnknownTopicOrPartition
 NO_LEADER = -1
 
 
+#: A replica's log as it reported it at an unclean restart: (last leader epoch, log end offset).
+LogPosition = tuple[int, int]
+
+
 @dataclass
 class PartitionState:
     """Leadership of one partition. Invariants: ``isr`` is a non-empty subset of ``replicas``;
@@ -31,7 +44,15 @@ class PartitionState:
     a log's epochs say which leader wrote what); ``partition_epoch`` grows by one per change
     of any kind, so a stale ISR proposal can be refused. ``adding`` and ``removing`` are
     the replicas a reassignment brings in and takes out; both are in ``replicas`` until it
-    completes. ``replicas[0]`` is the preferred leader."""
+    completes. ``replicas[0]`` is the preferred leader.
+
+    ``elr`` (eligible leader replicas, Kafka's KIP-966) are replicas outside the ISR that
+    still hold every committed record: they left the ISR while it was below
+    ``min.insync.replicas``, and a leader does not advance its high watermark then, so
+    nothing was committed without them. ``isr`` and ``elr`` are disjoint; together they are
+    the *candidates* for leadership. ``unclean_candidates`` are candidates that restarted
+    after an unclean shutdown while the partition had no leader (so they may have lost their
+    unflushed tail), with the log position each reported; a key is always a candidate."""
 
     partition: int
     replicas: list[int]
@@ -41,6 +62,8 @@ class PartitionState:
     partition_epoch: int = 0
     adding: list[int] = field(default_factory=list)
     removing: list[int] = field(default_factory=list)
+    elr: list[int] = field(default_factory=list)
+    unclean_candidates: dict[int, LogPosition] = field(default_factory=dict)
 
     def to_record(self, topic_id: str) -> dict[str, Any]:
         return {
@@ -48,6 +71,9 @@ class PartitionState:
             "replicas": list(self.replicas), "isr": list(self.isr), "leader": self.leader,
             "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch,
             "adding": list(self.adding), "removing": list(self.removing),
+            "elr": list(self.elr),
+            # msgpack maps need string keys: a list of [broker, epoch, end] instead.
+            "unclean_candidates": [[b, e, o] for b, (e, o) in self.unclean_candidates.items()],
         }  # fmt: skip
 
     @classmethod
@@ -56,7 +82,14 @@ class PartitionState:
             record["partition"], list(record["replicas"]), list(record["isr"]),
             record["leader"], record["leader_epoch"], record.get("partition_epoch", 0),
             list(record.get("adding", ())), list(record.get("removing", ())),
+            list(record.get("elr", ())),
+            {b: (e, o) for b, e, o in record.get("unclean_candidates", ())},
         )  # fmt: skip
+
+    @property
+    def candidates(self) -> list[int]:
+        """Replicas that may lead: the ISR, then the eligible leader replicas."""
+        return self.isr + [b for b in self.elr if b not in self.isr]
 
     @property
     def target_replicas(self) -> list[int]:
@@ -91,6 +124,9 @@ class MetadataImage:
         self.topic_ids: dict[str, str] = {}  # name -> topic id
         self.brokers: dict[int, BrokerState] = {}
         self.next_producer_id = 0
+        # (topic id, partition) -> broker -> the replica epoch of that replica's current life.
+        self.replica_epochs: dict[tuple[str, int], dict[int, int]] = {}
+        self.next_replica_epoch = 1  # 0: replicas created before replica epochs existed
         self.offset = -1
 
     # -- reading -------------------------------------------------------------------------------
@@ -140,8 +176,16 @@ class MetadataImage:
         elif kind == "delete":
             topic = self.topics.pop(record["topic_id"])
             del self.topic_ids[topic.name]
+            for key in [k for k in self.replica_epochs if k[0] == topic.topic_id]:
+                del self.replica_epochs[key]
         elif kind == "producer_ids":
             self.next_producer_id = max(self.next_producer_id, record["next"])
+        elif kind == "replica_epoch":
+            key = (record["topic_id"], record["partition"])
+            self.replica_epochs.setdefault(key, {})[record["broker_id"]] = record["epoch"]
+            self.next_replica_epoch = max(self.next_replica_epoch, record["epoch"] + 1)
+        elif kind == "replica_epochs":
+            self.next_replica_epoch = max(self.next_replica_epoch, record["next"])
         else:
             raise ValueError(f"unknown metadata record type {kind!r} at offset {offset}")
         self.offset = offset
@@ -161,4 +205,10 @@ class MetadataImage:
             })  # fmt: skip
             out.extend(p.to_record(topic.topic_id) for p in topic.partitions.values())
         out.append({"type": "producer_ids", "next": self.next_producer_id})
+        out.extend(
+            {"type": "replica_epoch", "topic_id": t, "partition": p, "broker_id": b, "epoch": e}
+            for (t, p), by_broker in self.replica_epochs.items()
+            for b, e in by_broker.items()
+        )
+        out.append({"type": "replica_epochs", "next": self.next_replica_epoch})
         return out

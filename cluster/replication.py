@@ -9,7 +9,10 @@ produce may be answered. Invariants of ``LeaderState``:
 - it is the smallest log end offset among the *maximal* ISR (the committed ISR plus any
   member a pending proposal adds, and minus nobody a pending proposal removes), so every
   replica the controller could elect holds everything below it (Kafka's KIP-497 rule);
-- ``min.insync.replicas`` is checked against the committed ISR only;
+- ``min.insync.replicas`` is checked against the committed ISR only, and the high watermark
+  does not advance while the committed ISR is smaller than it (Kafka's KIP-966): a record is
+  exposed to consumers only once that many replicas hold it, and every replica that leaves
+  an ISR below that size holds everything committed (the controller keeps it eligible);
 - at most one ISR proposal is pending at a time; the controller's answer (or a newer
   partition state) settles it;
 - a follower joins the ISR once it has everything below the high watermark and everything
@@ -61,6 +64,7 @@ class LeaderState:
         now_ms: int,
         lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
         partition_epoch: int = 0,
+        min_insync_replicas: int = 1,
     ) -> None:
         if broker_id not in replicas:
             raise ValueError(f"leader {broker_id} is not among the replicas {replicas}")
@@ -78,6 +82,7 @@ class LeaderState:
         self.log_end_offset = log_end_offset
         self.high_watermark = high_watermark
         self.lag_time_max_ms = lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
         # Followers start as caught up "now": a new leader gives each a full lag window.
         self.followers = {
             b: FollowerProgress(UNKNOWN_OFFSET, now_ms) for b in self.replicas if b != broker_id
@@ -185,7 +190,22 @@ class LeaderState:
                 del self.followers[b]
         self.isr = [b for b in self.isr if b in replicas] or [self.broker_id]
 
+    def set_min_insync_replicas(self, min_insync_replicas: int) -> int:
+        """The topic's ``min.insync.replicas`` changed; returns the high watermark (a lower
+        value may let it advance)."""
+        self.min_insync_replicas = min_insync_replicas
+        return self._advance_high_watermark()
+
+    @property
+    def under_min_isr(self) -> bool:
+        """The committed ISR is smaller than ``min.insync.replicas`` (capped at the replica
+        count, Kafka's effective min ISR): the high watermark holds still."""
+        effective = max(1, min(self.min_insync_replicas, len(self.replicas)))
+        return len(self.isr) < effective
+
     def _advance_high_watermark(self) -> int:
+        if self.under_min_isr:
+            return self.high_watermark
         candidate = min(
             self.log_end_offset if b == self.broker_id else self.followers[b].log_end_offset
             for b in self.maximal_isr

@@ -56,35 +56,35 @@ def bumped(p: PartitionState, new: PartitionState, leader_changed: bool) -> bool
 def test_live_in_sync_current_leader_keeps_leading():
     """An election does not move leadership away from a live in-sync leader, preferred or
     not."""
-    assert choose_leader(ps(leader=2), ALL, unclean=False) == (2, False)
+    assert choose_leader(ps(leader=2), ALL, unclean=False) == (2, "kept")
 
 
 def test_leader_is_the_first_live_isr_member_in_preferred_order():
     """Replica order, not ISR order, decides: the first replica that is in sync and live."""
     p = ps(replicas=[2, 0, 1], isr=[1, 0], leader=NO_LEADER)
-    assert choose_leader(p, ALL, unclean=False) == (0, False)
-    assert choose_leader(p, {1, 2}, unclean=False) == (1, False)
+    assert choose_leader(p, ALL, unclean=False) == (0, "clean")
+    assert choose_leader(p, {1, 2}, unclean=False) == (1, "clean")
 
 
 def test_replicas_a_reassignment_keeps_are_preferred_over_those_it_removes():
     """During a reassignment the target replicas come first, the leaving ones last."""
     p = ps(replicas=[0, 1, 2], leader=NO_LEADER, removing=[0])
-    assert choose_leader(p, ALL, unclean=False) == (1, False)
-    assert choose_leader(p, {0}, unclean=False) == (0, False)
+    assert choose_leader(p, ALL, unclean=False) == (1, "clean")
+    assert choose_leader(p, {0}, unclean=False) == (0, "clean")
 
 
 def test_no_live_isr_member_means_no_leader_without_unclean_election():
     """An out-of-sync live replica never leads unless unclean election is enabled."""
     p = ps(isr=[0], leader=NO_LEADER)
-    assert choose_leader(p, {1, 2}, unclean=False) == (NO_LEADER, False)
-    assert choose_leader(p, set(), unclean=True) == (NO_LEADER, False)
+    assert choose_leader(p, {1, 2}, unclean=False) == (NO_LEADER, "none")
+    assert choose_leader(p, set(), unclean=True) == (NO_LEADER, "none")
 
 
 def test_unclean_election_picks_the_first_live_replica_and_says_so():
     """With unclean election enabled, the first live replica in preferred order leads and
     the answer is flagged unclean."""
     p = ps(isr=[0], leader=NO_LEADER)
-    assert choose_leader(p, {2, 1}, unclean=True) == (1, True)
+    assert choose_leader(p, {2, 1}, unclean=True) == (1, "unclean")
 
 
 # -- fence_broker ------------------------------------------------------------------------------
@@ -228,12 +228,13 @@ def test_unclean_restart_of_the_only_isr_member_keeps_it_leading_in_a_new_epoch(
 
 
 def test_unclean_restart_of_the_leader_whose_other_isr_members_are_dead():
-    """The restarted leader leaves the ISR even when no other in-sync replica is live: the
-    partition waits, leaderless, for one of them (the leader is never outside the ISR), unless
-    unclean election lets the restarted replica lead alone."""
+    """The restarted leader does not lead while another candidate may come back with
+    everything: the partition waits, leaderless, with the restarted replica still a candidate
+    marked unclean (so it can win if every candidate lost its tail), unless unclean election
+    lets the restarted replica lead alone."""
     p = ps(isr=[0, 1])
-    new = replica_restarted(p, 0, {0, 2}, unclean=False, clean=False)
-    assert (new.leader, new.isr) == (NO_LEADER, [1])
+    new = replica_restarted(p, 0, {0, 2}, unclean=False, clean=False, position=(5, 90))
+    assert (new.leader, new.isr, new.unclean_candidates) == (NO_LEADER, [0, 1], {0: (5, 90)})
     assert bumped(p, new, leader_changed=True)
     new = replica_restarted(p, 0, {0}, unclean=True, clean=False)
     assert (new.leader, new.isr) == (0, [0])
