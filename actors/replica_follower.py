@@ -1,0 +1,158 @@
+"""The follower fetch loop of one partition replica.
+
+A follower pulls from its leader: each ``replicate`` call carries its log end offset and the
+epoch of its last batch, and the leader answers with batches to append or with the offset to
+truncate to where the logs diverged (leader-epoch based, KIP-101/279/320). A follower that
+hears nothing useful for ``STATE_PULL_AFTER_S`` asks the controller for the partition's state,
+since a pushed state may have been lost.
+
+Owned by one ``PartitionReplica`` and run on its event loop; the replica starts the loop when
+it becomes a follower and stops it when it leads, closes, or the leader moves (an outstanding
+fetch may be to the old leader). Nothing here is persisted: after a crash the replica checks
+in with the controller first, then follows again from its recovered log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import ray
+
+from rafka.actors.placement import replica_name
+from rafka.cluster.metadata import NO_LEADER
+from rafka.cluster.replication import truncation_offset
+from rafka.cluster.settings import setting
+from rafka.errors import OffsetOutOfRange
+from rafka.storage import record_batch as rb
+
+if TYPE_CHECKING:
+    from rafka.actors.partition_replica import PartitionReplica
+
+#: A follower that has heard nothing useful from its leader for this long asks the
+#: controller for the partition's state (a pushed state may have been lost).
+STATE_PULL_AFTER_S = 1.0
+
+
+class ReplicaFollower:
+    """The fetch loop of ``replica`` while it follows; at most one runs at a time."""
+
+    def __init__(self, replica: PartitionReplica):
+        self.replica = replica
+        self._task: asyncio.Task | None = None
+        self._handles: dict[int, Any] = {}  # broker id -> that broker's replica actor
+
+    @property
+    def started(self) -> bool:
+        """A loop was started and not stopped since (it may have ended on its own)."""
+        return self._task is not None
+
+    def start_if_needed(self) -> None:
+        """Start the loop when the replica follows (checked in, not leading, open) and no
+        loop runs."""
+        r = self.replica
+        if r.closed or not r.checked_in or r.leader is not None:
+            return
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._follow())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def _leader_handle(self, broker_id: int):
+        handle = self._handles.get(broker_id)
+        if handle is None:
+            r = self.replica
+            handle = ray.get_actor(
+                replica_name(r.topic_id, r.partition, broker_id), namespace=r.namespace
+            )
+            self._handles[broker_id] = handle
+        return handle
+
+    async def _follow(self) -> None:
+        """Pull from the leader until this replica is told it leads or is closed."""
+        r = self.replica
+        wait_ms = setting(r.settings, "replica.fetch.wait.max.ms")
+        max_bytes = setting(r.settings, "replica.fetch.max.bytes")
+        last_progress = time.monotonic()
+        delay = 0.02
+        while not r.closed and r.leader is None:
+            s = r.state
+            leader_id = s["leader"]
+            if time.monotonic() - last_progress > STATE_PULL_AFTER_S:
+                last_progress = time.monotonic()
+                state = await r.controller.call("partition_state", r.topic_id, r.partition,
+                                                r.broker_id)  # fmt: skip
+                if state is not None:
+                    r.adopt(state)  # may cancel this task and start a fresh one
+                    if r.state["leader"] != leader_id:
+                        continue
+            if leader_id == NO_LEADER or leader_id == r.broker_id:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                handle = self._leader_handle(leader_id)
+                ref = handle.replicate.remote(
+                    r.broker_id, s["leader_epoch"], r.log.log_end_offset,
+                    r.log.latest_epoch, max_bytes, wait_ms, r.incarnation,
+                )  # fmt: skip
+                answer = await asyncio.wait_for(ref, wait_ms / 1000 + 5.0)
+            except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
+                r.logger.debug("fetch from leader %d failed: %r", leader_id, e)
+                self._handles.pop(leader_id, None)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            if r.leader is not None or r.state["leader_epoch"] != s["leader_epoch"]:
+                continue  # the role changed while the fetch was out
+            errno, message, hw, log_start, _, div_epoch, div_end, records = answer
+            if errno == OffsetOutOfRange.errno:
+                r.logger.warning("below the leader's log start %d; starting there", log_start)
+                r.log.truncate_fully_and_start_at(log_start)
+                r.log_changed = True
+                continue
+            if errno:
+                await asyncio.sleep(delay)  # a stale or newer epoch: the state is on its way
+                delay = min(delay * 2, 0.5)
+                continue
+            delay = 0.02
+            last_progress = time.monotonic()
+            if div_end >= 0:
+                self._truncate(hw, div_epoch, div_end)
+                continue
+            if len(records):
+                self._append_from_leader(records, log_start)
+            r.set_high_watermark(min(hw, r.log.log_end_offset))
+
+    def _truncate(self, leader_hw: int, epoch: int, end_offset: int) -> None:
+        log_ = self.replica.log
+        target = truncation_offset(
+            lambda e: log_.epoch_cache.end_offset_for(e, log_.log_end_offset),
+            log_.log_end_offset, log_.high_watermark, epoch, end_offset,
+        )  # fmt: skip
+        if target < log_.log_end_offset:
+            self.replica.logger.warning(
+                "diverged from the leader after epoch %d; truncating %d -> %d",
+                epoch, log_.log_end_offset, target,
+            )  # fmt: skip
+            log_.truncate_to(target)
+            self.replica.log_changed = True
+        # Also forget epochs that start at the target but were never written to (recorded
+        # when this replica was elected and led nothing), as Kafka's truncateTo does;
+        # otherwise the next fetch would name them again.
+        log_.epoch_cache.truncate_from_end(target)
+
+    def _append_from_leader(self, records: np.ndarray, leader_log_start: int) -> None:
+        log_ = self.replica.log
+        first = rb.read_header(memoryview(records), 0, check_codec=False)
+        if first.base_offset < log_.log_end_offset and log_.log_end_offset == log_.log_start_offset:
+            # An empty log starting inside the leader's first batch (the leader's log start
+            # lies inside it): start where that batch starts.
+            log_.truncate_fully_and_start_at(first.base_offset)
+        log_.append_as_follower(records)
+        log_.maybe_flush()
+        self.replica.log_changed = True
