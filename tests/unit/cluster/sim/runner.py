@@ -1,0 +1,337 @@
+"""One seeded run (``Simulation``): the cluster drawn from the seed, the clients and the
+faults, healing, the failure report; ``replay`` and the command line."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections import Counter, deque
+from typing import Callable
+
+from rafka.cluster.metadata import NO_LEADER
+from tests.unit.cluster.sim.broker import Broker
+from tests.unit.cluster.sim.checker import Checker
+from tests.unit.cluster.sim.config import (
+    BROKEN_RULES,
+    CONTROLLER,
+    LOSSY_RULES,
+    PROPOSALS,
+    InvariantViolation,
+    SimConfig,
+    State,
+)
+from tests.unit.cluster.sim.controller import Controller
+from tests.unit.cluster.sim.network import Network, Scheduler
+from tests.unit.cluster.sim.replica import Replica
+
+
+class Simulation:
+    """One seeded run: draws the cluster from the seed, runs ``cfg.events`` events with
+    faults, then heals and checks the final logs. ``run`` raises AssertionError naming the
+    seed, the event, the invariant and the last events."""
+
+    TRACE_TAIL = 30
+
+    def __init__(self, seed: int, cfg: SimConfig | None = None, record: bool = False) -> None:
+        self.seed = seed
+        self.cfg = cfg or SimConfig()
+        if self.cfg.lossy_rule not in LOSSY_RULES:
+            raise ValueError(f"lossy_rule must be one of {LOSSY_RULES}")
+        if self.cfg.broken not in (None, *BROKEN_RULES):
+            raise ValueError(f"broken must be None or one of {BROKEN_RULES}")
+        if not self.cfg.proposed <= PROPOSALS:
+            raise ValueError(f"proposed rules must be some of {sorted(PROPOSALS)}")
+        self.rng = random.Random(seed)
+        self.scheduler = Scheduler()
+        self.network = Network(self)
+        self.stats: Counter = Counter()
+        self.faults: Counter = Counter()
+        self.dirty: set[int] = set()
+        self.event = 0
+        self.tail: deque = deque(maxlen=self.TRACE_TAIL)
+        self.trace: list[str] | None = [] if record else None
+        self.faulty = True
+        self.recovering: set[int] = set()  # brokers that lost a tail, until back in every ISR
+        self._ids = 0
+        self._incarnations = 0
+        n_brokers = self.rng.choice((3, 4))
+        n_partitions = self.rng.choice((1, 2, 3))
+        rf = self.cfg.replication_factor
+        self.partitions = {p: [(p + k) % n_brokers for k in range(rf)] for p in range(n_partitions)}
+        self.brokers = {
+            b: Broker(self, b, [p for p, rs in self.partitions.items() if b in rs])
+            for b in range(n_brokers)
+        }
+        self.checker = Checker(self)
+        self.controller = Controller(self)
+
+    def next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def uniform(self, low: int, high: int) -> int:
+        """``rng.randint``, faster."""
+        return low + int(self.rng.random() * (high - low + 1))
+
+    def next_incarnation(self) -> int:
+        self._incarnations += 1
+        return self._incarnations
+
+    def describe(self) -> str:
+        return f"seed {self.seed}: {len(self.brokers)} brokers, replicas {self.partitions}"
+
+    def summary(self) -> dict[str, int]:
+        return {"events": self.event, **self.faults, **self.stats}
+
+    # -- driving ---------------------------------------------------------------------------------
+
+    def run(self) -> "Simulation":
+        sched = self.scheduler
+        for broker in self.brokers.values():
+            sched.after(self.rng.randrange(self.cfg.heartbeat_ms), broker.start, True)
+        self.controller.start()
+        sched.after(self._gap(self.cfg.append_every_ms), self.client_append)
+        sched.after(self._gap(self.cfg.fault_every_ms), self.inject_fault)
+        try:
+            while self.event < self.cfg.events:
+                self.step()
+            self.heal()
+        except InvariantViolation as v:
+            raise AssertionError(self._report(v)) from None
+        return self
+
+    def step(self) -> None:
+        action, args = self.scheduler.pop()
+        self.event += 1
+        entry = (self.event, self.scheduler.now, action, args)
+        self.tail.append(entry)
+        if self.trace is not None:
+            self.trace.append(_describe(*entry))
+        action(*args)
+        if self.dirty:
+            for p in self.dirty:
+                self.checker.check_partition(p)
+            self.dirty.clear()
+
+    def deliver_answer(self, src: int, src_process: int, dst: int, process: int | None,
+                       kind: str, payload: tuple) -> None:  # fmt: skip
+        sender = self.brokers[src]
+        if not sender.up or sender.process != src_process:
+            self.faults["lost_from_dead"] += 1
+            if kind != "fetch_answer":
+                return
+            p, req, *_ = payload  # the follower's call fails (RayActorError)
+            payload = (p, req, "ActorDied", -1, None, None)
+        self.deliver(dst, process, kind, payload)
+
+    def deliver(self, dst: int, process: int | None, kind: str, payload: tuple) -> None:
+        if dst == CONTROLLER:
+            getattr(self.controller, "on_" + kind)(*payload)
+            return
+        broker = self.brokers[dst]
+        if not broker.up or broker.process != process:
+            self.faults["lost_to_dead"] += 1
+            if kind == "fetch":  # the follower's call fails (RayActorError)
+                p, follower, *_, req = payload
+                self.network.send(follower, "fetch_answer", p, req, "ActorDied", -1, None, None)
+            return
+        if broker.stalled():  # it waits in the actor's queue
+            self.scheduler.at(broker.stalled_until + self.network.latency(), self.deliver, dst,
+                              process, kind, payload)  # fmt: skip
+            return
+        if kind == "probe":
+            broker.on_probe(*payload)
+            return
+        getattr(broker.replicas[payload[0]], "on_" + kind)(*payload[1:])
+
+    def note(self, text: str) -> None:
+        """Add what an event did to the trace."""
+        entry = (self.event, self.scheduler.now, None, text)
+        self.tail.append(entry)
+        if self.trace is not None:
+            self.trace.append(_describe(*entry))
+
+    def _gap(self, mean_ms: int) -> int:
+        return 1 + int(self.rng.expovariate(1 / mean_ms))
+
+    # -- clients and faults ----------------------------------------------------------------------
+
+    def client_append(self) -> None:
+        """A producer (acks=all) sends one record to the leader its metadata names."""
+        if not self.faulty:
+            return
+        p = self.rng.randrange(len(self.partitions))
+        leader = self.controller.states[p].leader
+        if leader != NO_LEADER:
+            self.stats["appends"] += 1
+            self.network.send(leader, "append", p, self.next_id())
+        self.scheduler.after(self._gap(self.cfg.append_every_ms), self.client_append)
+
+    def inject_fault(self) -> None:
+        if not self.faulty:
+            return
+        cfg = self.cfg
+        self.scheduler.after(self._gap(cfg.fault_every_ms), self.inject_fault)
+        self.recovering = {b for b in self.recovering if not self._back_in_sync(b)}
+        if self.recovering and cfg.lossy_rule == "one_holder_at_a_time":
+            return
+        fine = [b for b in sorted(self.brokers) if self._fine(b)]
+        if len(self.brokers) - len(fine) >= cfg.replication_factor - 1:
+            return
+        b = self.rng.choice(fine)
+        broker = self.brokers[b]
+        if self.rng.random() < cfg.stall_share:
+            self.faults["stall"] += 1
+            broker.stalled_until = self.scheduler.now + self.rng.randint(*cfg.stall_ms)
+            self.note(f"broker {b} stalls until {broker.stalled_until} ms")
+            return
+        lossy = self.rng.random() < cfg.lossy_share and self._may_lose_tail(b)
+        self.faults["lossy_crash" if lossy else "crash"] += 1
+        self.note(f"broker {b} crashes{' losing its unflushed tail' if lossy else ''}")
+        if lossy:
+            self.recovering.add(b)
+        broker.crash(lossy)
+        self.scheduler.after(self.rng.randint(*cfg.downtime_ms), self.restart, b)
+
+    def _fine(self, b: int) -> bool:
+        broker = self.brokers[b]
+        return broker.up and not broker.stalled()
+
+    def _may_lose_tail(self, b: int) -> bool:
+        """The failure model (see the module docstring): another holder of every committed
+        record of ``b``'s partitions survives."""
+        in_sync = self.cfg.lossy_rule != "others_checked_in"
+        for p, replicas in self.partitions.items():
+            if b not in replicas:
+                continue
+            isr = self.controller.states[p].isr
+            leader = self.brokers[b].replicas[p].leader
+            if in_sync and leader is not None and leader.pending_isr is not None:
+                return False  # it may still take the others out of the ISR after it crashed
+            for other in replicas:
+                if other == b:
+                    continue
+                if not self._fine(other) or not self.brokers[other].replicas[p].checked_in:
+                    return False
+                if in_sync and other not in isr:
+                    return False
+        return True
+
+    def _back_in_sync(self, b: int) -> bool:
+        broker = self.brokers[b]
+        return broker.up and all(
+            broker.replicas[p].checked_in and b in self.controller.states[p].isr
+            for p in broker.disks
+        )
+
+    def restart(self, b: int) -> None:
+        broker = self.brokers[b]
+        if not broker.up:
+            self.faults["restart"] += 1
+            broker.start(fresh=False)
+
+    # -- healing ---------------------------------------------------------------------------------
+
+    def heal(self) -> None:
+        """Stop faults and producing, bring every broker back, and run until every replica
+        holds its leader's whole log, committed; then check the acknowledged records."""
+        self.faulty = False
+        self.network.faulty = False
+        for b in sorted(self.brokers):
+            self.restart(b)
+        deadline = self.scheduler.now + self.cfg.heal_limit_ms
+        while (leaders := self._converged()) is None:
+            if self.scheduler.now > deadline:
+                raise InvariantViolation("liveness", "the cluster did not converge within "
+                                                     f"{self.cfg.heal_limit_ms} ms of healing")
+            for _ in range(50):
+                self.step()
+        self.checker.final_check(leaders)
+
+    def _converged(self) -> dict[int, Replica] | None:
+        leaders = {}
+        for p, replicas in self.partitions.items():
+            state = self.controller.states[p]
+            if state.leader == NO_LEADER:
+                return None
+            leader = self.brokers[state.leader].replicas.get(p)
+            if leader is None or leader.leader is None:
+                return None
+            if leader.leader.leader_epoch != state.leader_epoch:
+                return None
+            log = leader.disk.log
+            for b in replicas:
+                r = self.brokers[b].replicas.get(p)
+                if r is None or not r.checked_in or r.disk.log != log or r.hw != len(log):
+                    return None
+            leaders[p] = leader
+        return leaders
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def _report(self, v: InvariantViolation) -> str:
+        cfg = self.cfg
+        options = "".join(
+            f" --{name.replace('_', '-')} {getattr(cfg, name)}"
+            for name in ("lossy_rule", "broken")
+            if getattr(cfg, name) != getattr(SimConfig, name)
+        )
+        options += f" --proposed {','.join(sorted(cfg.proposed))}" if cfg.proposed else ""
+        lines = [
+            f"{self.describe()}; event {self.event} at {self.scheduler.now} ms: {v}",
+            f"replay: python -m tests.unit.cluster.simulation --seed {self.seed} "
+            f"--events {cfg.events}{options} --verbose",
+            "controller: " + ", ".join(f"p{p}={tuple(State.of(s))}"
+                                       for p, s in self.controller.states.items()),
+            f"last {len(self.tail)} events:",
+        ]  # fmt: skip
+        lines += [_describe(*entry) for entry in self.tail]
+        return "\n".join(lines)
+
+
+def _describe(event: int, now: int, action: Callable | None, args) -> str:
+    if action is None:
+        return f"        {args}"
+    if action.__name__ in ("deliver", "deliver_answer"):
+        dst, _, kind, payload = args[-4:]
+        to = "controller" if dst == CONTROLLER else f"broker {dst}"
+        return f"#{event} {now}ms {kind}{payload} -> {to}"
+    owner = getattr(action, "__self__", None)
+    who = f" broker {owner.id}" if isinstance(owner, Broker) else ""
+    return f"#{event} {now}ms {action.__name__}{who}{args if args else ''}"
+
+
+def replay(seed: int, events: int = 300, verbose: bool = False, **config) -> Simulation:
+    """Run one seed again, recording its trace; print the trace when ``verbose``."""
+    sim = Simulation(seed, SimConfig(events=events, **config), record=True)
+    try:
+        sim.run()
+    finally:
+        if verbose:
+            print(sim.describe())
+            print("\n".join(sim.trace))
+        print(sim.summary())
+    return sim
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--events", type=int, default=SimConfig.events)
+    parser.add_argument("--lossy-rule", default=SimConfig.lossy_rule, choices=LOSSY_RULES)
+    parser.add_argument("--broken", choices=BROKEN_RULES)
+    parser.add_argument("--proposed", default="", help="rules rafka lacks, to apply: 'all' or "
+                        f"some of {', '.join(sorted(PROPOSALS))}, comma-separated")  # fmt: skip
+    parser.add_argument("--verbose", action="store_true", help="print the whole trace")
+    args = parser.parse_args()
+    proposed = PROPOSALS if args.proposed == "all" else frozenset(
+        filter(None, args.proposed.split(","))
+    )  # fmt: skip
+    if not proposed <= PROPOSALS:
+        parser.error(f"unknown proposed rules {sorted(proposed - PROPOSALS)}")
+    try:
+        replay(args.seed, args.events, args.verbose, lossy_rule=args.lossy_rule,
+               broken=args.broken, proposed=proposed)  # fmt: skip
+    except AssertionError as failure:
+        raise SystemExit(str(failure)) from None
+
