@@ -1,0 +1,158 @@
+"""The controller's calls to brokers: their node agents and the replica actors they host.
+
+Node agents create, stop and delete replica actors (``ensure_replicas``, ``stop_replicas``,
+``delete_replicas``); replicas receive their partition states (``update_state``) directly.
+Each replica is told its state as a dict built here (``replica_state``), which is the one
+place that decides what a replica knows of its partition and of the cluster settings.
+
+Used by the other parts of the Controller, on its event loop. Handles are cached in memory
+and dropped when a call fails; a controller restart starts with none. State pushes are fire
+and forget: a replica that misses one asks for its state when its leader stops answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import ray
+
+from rafka.actors.controller_core import ControllerCore
+from rafka.actors.placement import agent_name, replica_name
+from rafka.cluster.metadata import PartitionState, TopicState
+from rafka.errors import BrokerNotAvailable
+
+#: Cluster settings the replicas need (Kafka's broker property names).
+REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
+                    "replica.fetch.max.bytes")  # fmt: skip
+
+
+class BrokerCalls:
+    """Node agent and replica handles of one controller, and the calls made through them."""
+
+    def __init__(self, core: ControllerCore):
+        self.core = core
+        self._agents: dict[int, Any] = {}
+        self._replicas: dict[str, Any] = {}
+
+    # -- node agents ---------------------------------------------------------------------------
+
+    def agent(self, broker_id: int):
+        """The node agent of ``broker_id``; BrokerNotAvailable when it is unknown or down."""
+        handle = self._agents.get(broker_id)
+        if handle is None:
+            broker = self.core.image.brokers.get(broker_id)
+            if broker is None:
+                raise BrokerNotAvailable(f"broker {broker_id} is not registered")
+            try:
+                handle = ray.get_actor(agent_name(broker.disk), namespace=self.core.namespace)
+            except ValueError:
+                raise BrokerNotAvailable(
+                    f"broker {broker_id} (disk {broker.disk!r}) has no running node agent; "
+                    "start the node with its disk, then run `rafka up`"
+                ) from None
+            self._agents[broker_id] = handle
+        return handle
+
+    def forget_agent(self, broker_id: int) -> None:
+        """Drop the cached handle (the broker registered again or was fenced)."""
+        self._agents.pop(broker_id, None)
+
+    async def call_agent(self, broker_id: int, method: str, *args, patience_s: float = 30.0):
+        """Call a node agent, waiting out a restart (Ray brings an agent back when its disk's
+        node returns) for up to ``patience_s``."""
+        deadline = time.monotonic() + patience_s
+        delay = 0.1
+        while True:
+            try:
+                return await getattr(self.agent(broker_id), method).remote(*args)
+            except ray.exceptions.RayActorError:
+                self._agents.pop(broker_id, None)
+                if time.monotonic() + delay > deadline:
+                    raise BrokerNotAvailable(
+                        f"the node agent of broker {broker_id} did not answer for "
+                        f"{patience_s:.0f} s; is its disk's node up?"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def live_brokers(self) -> list[int]:
+        """Registered brokers that are not fenced and whose node agent exists."""
+        live = []
+        for broker_id in sorted(self.core.image.brokers):
+            if not self.core.liveness.is_live(broker_id):
+                continue
+            try:
+                self.agent(broker_id)
+                live.append(broker_id)
+            except BrokerNotAvailable:
+                pass
+        return live
+
+    # -- replicas ------------------------------------------------------------------------------
+
+    def replica(self, topic: TopicState, p: PartitionState, broker_id: int):
+        """The replica actor of ``p`` on ``broker_id``; ValueError when it does not run."""
+        name = replica_name(topic.topic_id, p.partition, broker_id)
+        handle = self._replicas.get(name)
+        if handle is None:
+            handle = self._replicas[name] = ray.get_actor(name, namespace=self.core.namespace)
+        return handle
+
+    def replica_state(self, topic: TopicState, p: PartitionState, broker_id: int) -> dict:
+        """What the replica of ``p`` on ``broker_id`` is told of its partition."""
+        settings = self.core.settings
+        return {
+            "topic": topic.name, "topic_id": topic.topic_id, "partition": p.partition,
+            "broker_id": broker_id, "replicas": p.replicas, "isr": p.isr, "leader": p.leader,
+            "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+            "adding": p.adding, "removing": p.removing, "config": topic.config,
+            "settings": {k: settings[k] for k in REPLICA_SETTINGS if k in settings},
+        }  # fmt: skip
+
+    def states_by_broker(self, topic: TopicState, partitions) -> dict[int, list[dict]]:
+        """The replica states of ``partitions`` of ``topic``, grouped by broker."""
+        out: dict[int, list[dict]] = {}
+        for p in partitions:
+            for broker_id in p.replicas:
+                out.setdefault(broker_id, []).append(self.replica_state(topic, p, broker_id))
+        return out
+
+    def all_states_by_broker(self) -> dict[int, list[dict]]:
+        """The replica states of every partition of every topic, grouped by broker."""
+        by_broker: dict[int, list[dict]] = {}
+        for topic in list(self.core.image.topics.values()):
+            for b, states in self.states_by_broker(topic, topic.partitions.values()).items():
+                by_broker.setdefault(b, []).extend(states)
+        return by_broker
+
+    async def ensure(self, by_broker: dict[int, list[dict]]) -> None:
+        """Have each broker's agent start the replica actors named, where they do not run."""
+        await asyncio.gather(
+            *(self.call_agent(b, "ensure_replicas", s) for b, s in by_broker.items())
+        )
+
+    def push_state(self, topic: TopicState, p: PartitionState) -> None:
+        """Send the new state to every live replica, without waiting: a replica that misses
+        it asks for it (``partition_state``) when its leader stops answering."""
+        for broker_id in p.replicas:
+            if not self.core.liveness.is_live(broker_id):
+                continue
+            try:
+                handle = self.replica(topic, p, broker_id)
+            except ValueError:
+                continue
+            handle.update_state.remote(self.replica_state(topic, p, broker_id))
+
+    async def delete_replica(self, topic: TopicState, p: PartitionState, broker_id: int):
+        """Have the agent of ``broker_id`` delete its replica of ``p`` (moved away)."""
+        try:
+            await self.call_agent(
+                broker_id, "delete_replicas", [self.replica_state(topic, p, broker_id)]
+            )
+        except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
+            self.core.logger.warning(
+                "could not delete the moved replica %s-%d on broker %d: %r",
+                topic.name, p.partition, broker_id, e,
+            )  # fmt: skip

@@ -1,0 +1,134 @@
+"""Broker liveness on the controller: registration, heartbeats, probes, fencing, return.
+
+Node agents heartbeat here; a broker silent past half of ``broker.session.timeout.ms`` is a
+suspect and its agent is probed directly for the other half; one that does not answer is
+fenced (``rafka.cluster.liveness`` decides who is a suspect): it leaves every ISR and the
+partitions it led get new leaders from their ISRs, with bumped leader epochs. Ray itself
+would mark the node dead only after about 16 s. A fenced broker's next heartbeat brings it
+back: it leads where nobody can, is told the states it missed, and its replica actors are
+started again where needed; its replicas catch up and their leaders propose them back into
+the ISR.
+
+Part of the Controller actor, on its event loop. Registrations are durable (metadata log);
+liveness is in memory: after a controller restart every registered broker starts live and
+is fenced only if it then stays silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import ray
+
+from rafka.actors.broker_calls import BrokerCalls
+from rafka.actors.controller_core import ControllerCore, now_ms, unclean_election_enabled
+from rafka.actors.partition_changes import PartitionChanges
+from rafka.cluster import controller as decide
+from rafka.cluster import elections
+from rafka.cluster.settings import setting
+from rafka.errors import BrokerNotAvailable
+
+
+class BrokerWatch:
+    """Which brokers are live, kept by heartbeats and probes, and what follows a change."""
+
+    def __init__(self, core: ControllerCore, calls: BrokerCalls, changes: PartitionChanges):
+        self.core = core
+        self.calls = calls
+        self.changes = changes
+        # The probe gets the second half of the session: a broker is fenced one session
+        # after its last heartbeat unless it answers.
+        self._probe_timeout_s = setting(core.settings, "broker.session.timeout.ms") / 2000
+        self._probing: set[int] = set()
+
+    async def register(self, disk: str, broker_id: int | None, rack: str | None) -> int:
+        """Register the broker of ``disk`` (a new id when ``broker_id`` is None); it is live."""
+        core = self.core
+        async with core.lock:
+            broker_id, records = decide.register_broker(core.image, disk, broker_id, rack)
+            core.store.append(records)
+            self.calls.forget_agent(broker_id)
+        self.alive(broker_id)
+        return broker_id
+
+    async def heartbeat(self, disk: str, broker_id: int | None, rack: str | None):
+        """See ``Controller.heartbeat``."""
+        known = self.core.image.brokers.get(broker_id) if broker_id is not None else None
+        if known is None or known.disk != disk or known.rack != rack:
+            broker_id = await self.register(disk, broker_id, rack)
+        else:
+            self.alive(broker_id)
+        return broker_id, setting(self.core.settings, "broker.heartbeat.interval.ms")
+
+    def alive(self, broker_id: int) -> None:
+        """``broker_id`` was heard from; a fenced broker comes back."""
+        if self.core.liveness.heartbeat(broker_id, now_ms()):
+            self.core.logger.warning("broker %d is back", broker_id)
+            self.core.spawn(self._broker_back(broker_id))
+
+    async def _broker_back(self, broker_id: int) -> None:
+        """A fenced broker speaks again: lead where nobody can, and make sure its replica
+        actors run (some may have been created while it was away)."""
+        core, calls = self.core, self.calls
+        await self.changes.change(
+            lambda topic, p: elections.elect_if_leaderless(
+                p, core.liveness.live(), unclean_election_enabled(topic)
+            ) if broker_id in p.replicas else None
+        )  # fmt: skip
+        hosted = core.image.replicas_on(broker_id)
+        for topic, p in hosted:
+            # What it missed while fenced (pushes went only to live brokers), such as
+            # having been replaced as leader.
+            try:
+                calls.replica(topic, p, broker_id).update_state.remote(
+                    calls.replica_state(topic, p, broker_id)
+                )
+            except ValueError:
+                pass
+        states = [calls.replica_state(topic, p, broker_id) for topic, p in hosted]
+        if states:
+            try:
+                await calls.call_agent(broker_id, "ensure_replicas", states)
+            except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
+                core.logger.warning("could not restore the replicas of broker %d: %r",
+                                    broker_id, e)  # fmt: skip
+
+    async def watch(self) -> None:
+        """Fence brokers whose heartbeats stopped and whose agent does not answer a probe."""
+        core = self.core
+        interval = min(core.liveness.session_timeout_ms / 5000, 0.1)
+        while True:
+            await asyncio.sleep(interval)
+            if core.stopping:
+                return
+            for broker_id in core.liveness.suspects(now_ms()):
+                if broker_id not in self._probing and broker_id in core.image.brokers:
+                    self._probing.add(broker_id)
+                    core.spawn(self._probe(broker_id))
+
+    async def _probe(self, broker_id: int) -> None:
+        try:
+            try:
+                await asyncio.wait_for(
+                    self.calls.agent(broker_id).ping.remote(), self._probe_timeout_s
+                )
+                self.alive(broker_id)  # only slow: its heartbeats will resume
+                return
+            except (asyncio.TimeoutError, ray.exceptions.RayActorError, BrokerNotAvailable):
+                pass
+            await self.fence(broker_id)
+        finally:
+            self._probing.discard(broker_id)
+
+    async def fence(self, broker_id: int) -> int:
+        """Take ``broker_id`` out of every ISR and move the leadership it held; returns how
+        many partitions changed."""
+        core = self.core
+        core.liveness.fence(broker_id)
+        self.calls.forget_agent(broker_id)
+        core.logger.warning("broker %d missed its heartbeats; fencing it", broker_id)
+        return await self.changes.change(
+            lambda topic, p: elections.fence_broker(
+                p, broker_id, core.liveness.live(), unclean_election_enabled(topic)
+            )
+        )  # fmt: skip

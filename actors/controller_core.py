@@ -1,0 +1,66 @@
+"""What every part of the Controller actor shares.
+
+The controller is one async actor made of parts (broker liveness, partition changes, topic
+admin, coordinator shards, calls to brokers); they share the metadata log and its image, the
+lock that orders metadata changes, the cluster settings, the brokers' liveness, and the
+actor's background tasks. Every part runs on the actor's one event loop, so this state is
+never touched by two threads; it may be by two interleaved calls, which is what ``lock`` is
+for: a change is decided and appended to the metadata log under it.
+
+Only the metadata log is durable. After a crash Ray re-runs the controller's constructor, the
+image is rebuilt from the log, and every broker starts live again until it misses heartbeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from rafka.cluster.liveness import BrokerLiveness
+from rafka.cluster.metadata import TopicState
+from rafka.cluster.metadata_log import MetadataLog
+from rafka.storage.config import LogConfig
+
+
+class ControllerCore:
+    """The controller's shared state; ``image`` is the metadata as of the last append."""
+
+    def __init__(
+        self,
+        store: MetadataLog,
+        settings: dict[str, Any],
+        namespace: str,
+        liveness: BrokerLiveness,
+        logger: logging.Logger | logging.LoggerAdapter,
+    ):
+        self.store = store
+        self.settings = settings
+        self.namespace = namespace
+        self.liveness = liveness
+        self.logger = logger
+        self.lock = asyncio.Lock()  # one metadata change at a time, in log order
+        self.stopping = False  # set by ``rafka down``: silence is then no reason to act
+        self._background: set[asyncio.Task] = set()
+
+    @property
+    def image(self):
+        return self.store.image
+
+    def spawn(self, coroutine) -> asyncio.Task:
+        """Run ``coroutine`` in the background, keeping a reference until it ends."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+
+def unclean_election_enabled(topic: TopicState) -> bool:
+    """``unclean.leader.election.enable`` of ``topic`` (its override or the default)."""
+    return bool(LogConfig.from_dict(topic.config).unclean_leader_election_enable)
+
+
+def now_ms() -> int:
+    """The liveness clock, ms: monotonic, so a wall-clock jump fences nobody."""
+    return int(time.monotonic() * 1000)

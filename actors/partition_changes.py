@@ -1,0 +1,287 @@
+"""Partition state changes: decide, append, then tell the replicas.
+
+Every change of a partition's leader, ISR, epochs or replica set goes through ``change``: a
+decision function from ``rafka.cluster.elections`` (plain Python) is applied to the
+partitions, the changed states are appended to the metadata log in one append under the
+controller's lock, and only then are the replicas told (and replicas a reassignment adds or
+removes are created or deleted). The requests that lead to changes live here too: a
+replica's check-in after a restart, a leader's ISR proposal, elections and reassignments on
+demand, and the periodic preferred-leader balance.
+
+Part of the Controller actor, on its event loop. Durable state is the metadata log; the
+replicas' incarnations (which life of a replica checked in last) are in memory and filled
+again by the next check-ins after a controller restart. Pushes are not retried: a replica
+that missed one pulls its state (``partition_state``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from rafka.actors import metrics
+from rafka.actors.broker_calls import BrokerCalls
+from rafka.actors.controller_core import ControllerCore, unclean_election_enabled
+from rafka.cluster import controller as decide
+from rafka.cluster import elections
+from rafka.cluster.metadata import NO_LEADER, PartitionState, TopicState
+from rafka.cluster.settings import setting
+from rafka.errors import (
+    ElectionNotNeeded,
+    EligibleLeadersNotAvailable,
+    InvalidReplicaAssignment,
+    PreferredLeaderNotAvailable,
+    RafkaError,
+    UnknownTopicOrPartition,
+)
+
+#: How often the partition health gauges (under-replicated, offline) are refreshed besides
+#: after every change, s: a broker's liveness changes without a metadata change.
+HEALTH_GAUGES_INTERVAL_S = 5.0
+
+#: ``decide_one(topic, partition) -> new state | None`` (None or an equal state: no change).
+DecideOne = Callable[[TopicState, PartitionState], "PartitionState | None"]
+
+
+class PartitionChanges:
+    """Changes to partition states, and the calls that ask for them."""
+
+    def __init__(self, core: ControllerCore, calls: BrokerCalls):
+        self.core = core
+        self.calls = calls
+        # (topic id, partition, broker) -> newest incarnation of that replica that checked
+        # in after a restart. In memory: after a controller restart, the next check-ins
+        # fill it again.
+        self._incarnations: dict[tuple[str, int, int], int] = {}
+        self._health_reported: set[str] = set()  # topics with health gauges set
+
+    async def change(self, decide_one: DecideOne, only=None, preferred: bool = False) -> int:
+        """Apply ``decide_one(topic, partition) -> new state | None`` to every partition (or
+        to the (topic, partition) pairs in ``only``), record the changes in one append, and
+        tell the replicas. Returns the number of partitions changed. ``preferred``: the
+        changes are preferred-leader elections (for the election metrics)."""
+        core = self.core
+        async with core.lock:
+            changed = []
+            pairs = only if only is not None else [
+                (t, p) for t in core.image.topics.values() for p in t.partitions.values()
+            ]  # fmt: skip
+            for topic, p in pairs:
+                new = decide_one(topic, p)
+                if new is not None and new != p:
+                    changed.append((topic, p, new))
+            if not changed:
+                return 0
+            core.store.append([new.to_record(t.topic_id) for t, _, new in changed])
+            for topic, old, new in changed:
+                if new.leader != old.leader:
+                    core.logger.warning("%s-%d: leader %d -> %d (epoch %d, ISR %s)",
+                                        topic.name, new.partition, old.leader, new.leader,
+                                        new.leader_epoch, new.isr)  # fmt: skip
+        for topic, old, new in changed:
+            metrics.partition_change(topic.name, new.partition, old, new, preferred)
+            self._after_change(topic, old, new)
+        self.refresh_health_gauges()
+        return len(changed)
+
+    def _after_change(self, topic: TopicState, old: PartitionState, new: PartitionState) -> None:
+        """Tell the replicas of a changed partition; create replicas a reassignment adds and
+        delete the ones a finished reassignment removed."""
+        calls = self.calls
+        calls.push_state(topic, new)
+        added = [b for b in new.replicas if b not in old.replicas]
+        if added:
+            self.core.spawn(calls.ensure({b: [calls.replica_state(topic, new, b)] for b in added}))
+        removed = [b for b in old.replicas if b not in new.replicas]
+        for b in removed:
+            self.core.spawn(calls.delete_replica(topic, old, b))
+
+    # -- health gauges -------------------------------------------------------------------------
+
+    def refresh_health_gauges(self) -> None:
+        """Set each topic's under-replicated and offline partition counts (a pass over the
+        partitions in memory); a deleted topic's go to 0, since Ray keeps exporting a
+        gauge's last value."""
+        reported = set()
+        for topic in list(self.core.image.topics.values()):
+            under, offline = metrics.partition_health(
+                topic.partitions.values(), self.core.liveness.is_live
+            )
+            metrics.topic_health(topic.name, under, offline)
+            reported.add(topic.name)
+        for gone in self._health_reported - reported:
+            metrics.topic_health(gone, 0, 0)
+        self._health_reported = reported
+
+    async def report_health(self) -> None:
+        while not self.core.stopping:
+            try:
+                self.refresh_health_gauges()
+            except Exception:  # a metric must never stop the controller; next round
+                self.core.logger.exception("refreshing the partition health gauges failed")
+            await asyncio.sleep(HEALTH_GAUGES_INTERVAL_S)
+
+    # -- what replicas ask -----------------------------------------------------------------------
+
+    def find_partition(self, topic_id: str, partition: int):
+        """(topic, partition state), either None when unknown."""
+        topic = self.core.image.topics.get(topic_id)
+        p = topic.partitions.get(partition) if topic is not None else None
+        return topic, p
+
+    async def replica_started(
+        self, topic_id: str, partition: int, broker_id: int, clean: bool,
+        incarnation: int | None,
+    ) -> tuple[dict | None, bool]:  # fmt: skip
+        """See ``Controller.replica_started`` (which also counts it as a heartbeat)."""
+        if incarnation is not None:
+            key = (topic_id, partition, broker_id)
+            self._incarnations[key] = max(self._incarnations.get(key, incarnation), incarnation)
+        topic, p = self.find_partition(topic_id, partition)
+        if p is None or broker_id not in p.replicas:
+            return None, False
+        liveness = self.core.liveness
+        await self.change(
+            lambda t, q: elections.replica_restarted(
+                q, broker_id, liveness.live() | {broker_id}, unclean_election_enabled(t), clean
+            ),
+            only=[(topic, p)],
+        )  # fmt: skip
+        topic, p = self.find_partition(topic_id, partition)
+        if p is None:
+            return None, False
+        return self.calls.replica_state(topic, p, broker_id), True
+
+    def partition_state(self, topic_id: str, partition: int, broker_id: int) -> dict | None:
+        """The current state of a partition, as its replica on ``broker_id`` sees it."""
+        topic, p = self.find_partition(topic_id, partition)
+        if p is None or broker_id not in p.replicas:
+            return None
+        return self.calls.replica_state(topic, p, broker_id)
+
+    async def alter_isr(
+        self, topic_id: str, partition: int, leader: int, leader_epoch: int,
+        partition_epoch: int, new_isr: list[int], incarnations: dict | None,
+    ) -> tuple[int, str, dict | None]:  # fmt: skip
+        """See ``Controller.alter_isr``."""
+        current = {
+            b: self._incarnations[(topic_id, partition, b)]
+            for b in new_isr if (topic_id, partition, b) in self._incarnations
+        }  # fmt: skip
+        topic, p = self.find_partition(topic_id, partition)
+        if p is None:
+            return UnknownTopicOrPartition.errno, "the partition no longer exists", None
+        refusal: list[RafkaError] = []
+
+        def decide_one(t, q):
+            try:
+                new = elections.alter_isr(
+                    q, leader, leader_epoch, partition_epoch, new_isr, self.core.liveness.live(),
+                    incarnations, current,
+                )
+            except RafkaError as e:
+                refusal.append(e)
+                return None
+            return new
+
+        await self.change(decide_one, only=[(topic, p)])
+        topic, p = self.find_partition(topic_id, partition)
+        state = self.calls.replica_state(topic, p, leader) if p is not None else None
+        if refusal:
+            return refusal[0].errno, str(refusal[0]), state
+        return 0, "", state
+
+    # -- what operators ask ----------------------------------------------------------------------
+
+    async def elect_leaders(
+        self, election_type: str, topic: str | None, partitions: list[int] | None
+    ) -> list[dict[str, Any]]:
+        """See ``Controller.elect_leaders``."""
+        if election_type not in ("preferred", "unclean"):
+            raise InvalidReplicaAssignment(
+                f"election type {election_type!r} is unknown; use 'preferred' or 'unclean'"
+            )
+        image = self.core.image
+        topics = [image.topic(topic)] if topic is not None else [
+            t for t in image.topics.values()
+        ]  # fmt: skip
+        pairs = []
+        for t in topics:
+            for number in partitions if partitions is not None else sorted(t.partitions):
+                pairs.append((t, decide.check_known(image, t.name, number)))
+        live = self.core.liveness.live()
+        outcome: dict[tuple[str, int], RafkaError | None] = {}
+
+        def decide_one(t, p):
+            if election_type == "preferred":
+                new = elections.preferred_leader(p, live)
+                if new is None:
+                    outcome[t.topic_id, p.partition] = (
+                        ElectionNotNeeded(f"{t.name}-{p.partition} is led by its preferred "
+                                          f"replica {p.leader}")
+                        if p.leader == p.target_replicas[0] else
+                        PreferredLeaderNotAvailable(
+                            f"the preferred replica {p.target_replicas[0]} of {t.name}-"
+                            f"{p.partition} is not alive and in sync (ISR {p.isr})"
+                        )
+                    )  # fmt: skip
+            else:
+                new = elections.elect_if_leaderless(p, live, unclean=True)
+                if new is None:
+                    outcome[t.topic_id, p.partition] = (
+                        ElectionNotNeeded(f"{t.name}-{p.partition} has a live leader "
+                                          f"({p.leader})")
+                        if p.leader != NO_LEADER and p.leader in live else
+                        EligibleLeadersNotAvailable(
+                            f"{t.name}-{p.partition} has no live replica to elect; bring one "
+                            f"of the brokers {p.replicas} back"
+                        )
+                    )  # fmt: skip
+            return new
+
+        await self.change(decide_one, only=pairs, preferred=election_type == "preferred")
+        results = []
+        for t, p in pairs:
+            error = outcome.get((t.topic_id, p.partition))
+            current = self.core.image.topics[t.topic_id].partitions[p.partition]
+            results.append({
+                "topic": t.name, "partition": p.partition, "leader": current.leader,
+                "errno": error.errno if error else 0, "message": str(error) if error else "",
+            })  # fmt: skip
+        return results
+
+    async def reassign_partitions(self, name: str, assignment: dict[int, list[int]]) -> None:
+        """See ``Controller.reassign_partitions``."""
+        image = self.core.image
+        topic = image.topic(name)
+        pairs = [(topic, decide.check_known(image, name, int(n))) for n in assignment]
+        for _, p in pairs:  # check them all before changing any
+            elections.reassign(p, list(assignment[p.partition]), image.brokers)
+        def decide_one(t, p):
+            new = elections.reassign(p, list(assignment[p.partition]), self.core.image.brokers)
+            if new is None:
+                return None
+            # A pure removal has nothing to copy and completes at once.
+            done = elections.complete_reassignment(
+                new, self.core.liveness.live(), unclean_election_enabled(t)
+            )
+            if done is None:
+                return new
+            done.partition_epoch = new.partition_epoch  # one record, one bump
+            return done
+
+        await self.change(decide_one, only=pairs)
+
+    async def balance_leaders(self) -> None:
+        """Kafka's auto.leader.rebalance.enable: move leadership back to preferred replicas."""
+        settings = self.core.settings
+        interval = setting(settings, "leader.imbalance.check.interval.seconds")
+        while setting(settings, "auto.leader.rebalance.enable"):
+            await asyncio.sleep(interval)
+            try:
+                await self.change(
+                    lambda topic, p: elections.preferred_leader(p, self.core.liveness.live()),
+                    preferred=True,
+                )
+            except Exception:  # the next round tries again
+                self.core.logger.exception("preferred leader election failed")
