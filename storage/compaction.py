@@ -1,8 +1,10 @@
 """Log compaction (``cleanup.policy=compact``): keep the latest record of every key.
 
 One pass:
- 1. The cleanable range is the oldest non-active segments whose records are all older than
-    ``min.compaction.lag.ms``; the active segment is never touched.
+ 1. The cleanable range is the oldest whole segments below ``Log.cleanable_end_offset`` (the
+    high watermark, and never the active segment) whose records are all older than
+    ``min.compaction.lag.ms``. Records at or above the high watermark may still be truncated
+    by a follower, so they neither get cleaned nor count as a newer value of their key.
  2. An offset map (key -> offset of its latest record) is built over that range.
  3. Each group of adjacent segments (up to ``segment.bytes``) is rewritten into one
     ``.cleaned`` segment keeping, in offset order: records whose offset is the latest for their
@@ -46,10 +48,11 @@ class CompactionResult:
 
 
 def cleanable_segments(log: "Log", now_ms: int) -> list[Segment]:
-    """The oldest non-active segments whose newest record is past the compaction lag."""
+    """The oldest segments wholly below the cleanable end offset whose newest record is past
+    the compaction lag."""
     horizon = now_ms - log.config.min_compaction_lag_ms
     out = []
-    for segment in log.segments[:-1]:
+    for segment in log.segments_below(log.cleanable_end_offset):
         if segment.max_timestamp > horizon:
             break
         out.append(segment)
@@ -57,12 +60,13 @@ def cleanable_segments(log: "Log", now_ms: int) -> list[Segment]:
 
 
 def dirty_ratio(log: "Log") -> float:
-    """Share of non-active bytes written since the last compaction pass ended."""
+    """Cleanable bytes (written since the last pass ended, below the cleanable end offset)
+    over those plus the bytes already cleaned, as Kafka's cleaner measures it."""
     first_dirty = read_offset(os.path.join(log.directory, CLEANER_CHECKPOINT_FILE)) or 0
-    closed = log.segments[:-1]
-    total = sum(s.size for s in closed)
-    dirty = sum(s.size for s in closed if s.base_offset >= first_dirty)
-    return dirty / total if total else 0.0
+    below = log.segments_below(log.cleanable_end_offset)
+    clean = sum(s.size for s in below if s.base_offset < first_dirty)
+    dirty = sum(s.size for s in below if s.base_offset >= first_dirty)
+    return dirty / (clean + dirty) if clean + dirty else 0.0
 
 
 def compact(log: "Log", now_ms: int, force: bool = False) -> CompactionResult:

@@ -3,7 +3,9 @@
 Directory ``<data>/<topic>-<partition>/`` holds the segments (see segment.py), the
 ``leader-epoch-checkpoint``, producer-state ``*.snapshot`` files and the small offset files of
 log_loader.py. Offsets obey ``log_start_offset <= high_watermark <= log_end_offset`` at all
-times; ``_set_high_watermark`` is the one place that moves the high watermark.
+times; ``_set_high_watermark`` is the one place that moves the high watermark. Cleanup acts
+only below it: retention deletes whole segments below the high watermark, and compaction works
+below ``cleanable_end_offset``, since a follower may still truncate what lies above.
 
 Concurrency: not thread-safe and never awaits. The owner (a partition actor on one event loop)
 calls it from one thread; every method runs to completion, so state is never seen half-changed.
@@ -171,6 +173,26 @@ class Log:
         """Move the high watermark (the replication layer decides where); returns the value
         actually set, which never leaves [log_start_offset, log_end_offset]."""
         return self._set_high_watermark(offset)
+
+    @property
+    def cleanable_end_offset(self) -> int:
+        """First offset that compaction leaves alone (Kafka's first uncleanable dirty offset):
+        the lower of the high watermark and the active segment's base.
+
+        Records at or above the high watermark are not yet on every in-sync replica and a
+        follower may still truncate them, so a newer value there must never remove an older,
+        committed one. With transactions, the last stable offset (never above the high
+        watermark) takes the high watermark's place here."""
+        return min(self.high_watermark, self.active_segment.base_offset)
+
+    def segments_below(self, offset: int) -> list[Segment]:
+        """The oldest non-active segments whose whole range lies below ``offset``: a segment
+        counts only if the next segment's base (where the log would start once it is gone) is
+        at or below ``offset``. Cleanup works on these whole segments."""
+        count = 0
+        while count < len(self.segments) - 1 and self._bases[count + 1] <= offset:
+            count += 1
+        return self.segments[:count]
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) answer to a follower whose last epoch is ``epoch`` (KIP-279)."""
@@ -342,13 +364,35 @@ class Log:
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return self.log_end_offset
-        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
+        # As Kafka does, a segment starting exactly at ``offset`` stays (emptied): it carries
+        # the log end even when compaction removed the records just below it.
+        while len(self.segments) > 1 and self.active_segment.base_offset > offset:
             self.segments.pop().delete()
             self._bases.pop()
+        straddling = self.active_segment.find_batch(offset)
         self.active_segment.truncate_to(offset)
-        self.log_end_offset = self.active_segment.next_offset
+        if straddling is not None and straddling[1].base_offset < offset:
+            self.log_end_offset = straddling[1].base_offset  # that batch went whole
+        else:
+            self.log_end_offset = offset
         self._after_truncation()
+        if self.active_segment.next_offset < self.log_end_offset:
+            self._start_segment_at_log_end()
         return self.log_end_offset
+
+    def _start_segment_at_log_end(self) -> None:
+        """The offsets just below the log end were compacted away, so the active segment ends
+        below it; a new segment starting at the log end keeps that end across a reopen, so no
+        offset is handed out twice."""
+        if self.active_segment.size:
+            self.roll()
+            return
+        if len(self.segments) > 1:  # an emptied segment is replaced by one at the log end
+            self.segments.pop().delete()
+            self._bases.pop()
+            self.segments.append(self.make_segment(self.log_end_offset, ""))
+            self._bases.append(self.log_end_offset)
+        # A log whose only segment lost every record to compaction keeps its end in memory.
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and start empty at ``offset`` (a follower far behind a leader
@@ -397,11 +441,19 @@ class Log:
         doomed_ids = {id(s) for s in doomed}
         if id(self.active_segment) in doomed_ids:
             raise ValueError("the active segment is never deleted")
+        remaining = [s for s in self.segments if id(s) not in doomed_ids]
+        new_start = max(self.log_start_offset, remaining[0].base_offset)
+        if new_start > self.high_watermark:
+            raise OffsetOutOfRange(
+                f"deleting these segments of {self.directory} would move the log start offset "
+                f"to {new_start}, past the high watermark {self.high_watermark}; delete only "
+                "segments wholly below the high watermark (Log.segments_below)"
+            )
         freed = 0
         for segment in doomed:
             freed += segment.size
             segment.delete()
-        self.segments = [s for s in self.segments if id(s) not in doomed_ids]
+        self.segments = remaining
         self._bases = [s.base_offset for s in self.segments]
         if self.segments[0].base_offset > self.log_start_offset:
             self._move_log_start(self.segments[0].base_offset)

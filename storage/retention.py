@@ -2,8 +2,11 @@
 
 A segment goes when every record in it is older than ``retention.ms`` (its largest timestamp
 is past the horizon), when dropping it keeps the log at or above ``retention.bytes``, or when
-it lies wholly below the log start offset. Only a prefix of the log ever goes, and never the
-active segment, so the log stays contiguous and appends are never disturbed.
+it lies wholly below the log start offset. Only a prefix of the log ever goes, never the active
+segment, and never a segment that reaches the high watermark: deleting a segment moves the log
+start to the next segment's base, and the log start may not pass the high watermark (records
+above it are not yet on every in-sync replica, and an acks=all producer is still waiting for
+them). Kafka bounds ``deletableSegments`` the same way.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ if TYPE_CHECKING:
 
 
 def expired_segments(log: "Log", now_ms: int) -> list[Segment]:
-    """The oldest segments that retention removes now (a prefix, never the active one)."""
-    candidates = log.segments[:-1]
+    """The oldest segments that retention removes now: a prefix of the segments wholly below
+    the high watermark (``now_ms`` in milliseconds, from the log's clock)."""
+    candidates = log.segments_below(log.high_watermark)
     config = log.config
     count = 0
     # Below the log start offset (moved by delete_records): always deleted.

@@ -31,6 +31,7 @@ def test_compaction_keeps_exactly_the_latest_value_per_key_in_offset_order(
         log.append_as_leader(batch([v for _, v in chunk], [k for k, _ in chunk],
                                    timestamp=clock.now, codec=codec), leader_epoch=0)
     log.roll()
+    log.update_high_watermark(log.log_end_offset)
     before = read_all(log)
     compact(log, clock.now, force=True)
     after = read_all(log)
@@ -48,6 +49,7 @@ def test_tombstones_stay_for_delete_retention_ms_then_go(open_log, clock):
     log.append_as_leader(batch([b"v1", b"w1"], [b"k", b"j"], timestamp=clock.now), leader_epoch=0)
     log.append_as_leader(batch([None], [b"k"], timestamp=clock.now), leader_epoch=0)
     log.roll()
+    log.update_high_watermark(log.log_end_offset)
     compact(log, clock.now, force=True)
     assert [(k, v) for _, k, v, _ in read_all(log)] == [(b"j", b"w1"), (b"k", None)]
     clock.advance(DAY + 1)
@@ -62,6 +64,7 @@ def test_active_segment_and_recent_records_are_not_compacted(open_log, clock):
     log.append_as_leader(batch([b"a", b"b"], [b"k", b"k"], timestamp=clock.now), leader_epoch=0)
     log.roll()
     log.append_as_leader(batch([b"c", b"d"], [b"k", b"k"], timestamp=clock.now), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
     compact(log, clock.now, force=True)
     assert len(read_all(log)) == 4
     clock.advance(1000)
@@ -75,6 +78,7 @@ def test_compacted_log_reopens_and_appends_after_its_end(open_log, clock):
     for i in range(20):
         log.append_as_leader(batch([str(i)], [str(i % 3)], timestamp=clock.now), leader_epoch=0)
     log.roll()
+    log.update_high_watermark(log.log_end_offset)
     compact(log, clock.now, force=True)
     log.close()
     again = open_log(COMPACT)
@@ -88,6 +92,8 @@ def test_dirty_ratio_gates_compaction(open_log, clock):
     for i in range(20):
         log.append_as_leader(batch([str(i)], [b"k"], timestamp=clock.now), leader_epoch=0)
     log.roll()
+    assert dirty_ratio(log) == 0.0  # nothing committed yet: nothing cleanable
+    log.update_high_watermark(log.log_end_offset)
     assert dirty_ratio(log) == 1.0
     assert compact(log, clock.now).segments_in > 0
     assert dirty_ratio(log) == 0.0
@@ -100,6 +106,7 @@ def test_crash_after_swap_is_finished_on_open(open_log, clock):
     for i in range(12):
         log.append_as_leader(batch([str(i)], [str(i % 2)], timestamp=clock.now), leader_epoch=0)
     log.roll()
+    log.update_high_watermark(log.log_end_offset)
     expected = None
     # Build the compacted output by hand and stop before the inputs are replaced.
     from rafka.storage import compaction
@@ -113,3 +120,67 @@ def test_crash_after_swap_is_finished_on_open(open_log, clock):
     expected = [(b"0", b"10"), (b"1", b"11")]
     assert [(k, v) for _, k, v, _ in read_all(again)] == expected
     assert not any(n.endswith(SWAP_SUFFIX) for n in os.listdir(again.directory))
+
+
+def test_compaction_keeps_a_committed_value_whose_newer_value_is_not_committed(open_log, clock):
+    """A newer value above the high watermark does not supersede the committed one: after a
+    follower truncates the uncommitted tail, the committed value is still there."""
+    log = open_log(COMPACT)
+    log.append_as_leader(batch([b"committed"], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.update_high_watermark(1)
+    log.roll()
+    log.append_as_leader(batch([b"uncommitted"], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()  # the uncommitted value now sits in a rolled, non-active segment
+    compact(log, clock.now, force=True)
+    assert log.truncate_to(1) == 1
+    assert [(o, k, v) for o, k, v, _ in read_all(log)] == [(0, b"k", b"committed")]
+
+
+def test_cleanable_end_offset_is_the_high_watermark_or_the_active_segment_base(open_log, clock):
+    """The cleaner stops at the lower of the high watermark and the active segment's base."""
+    log = open_log(COMPACT)
+    for i in range(3):
+        log.append_as_leader(batch([str(i)], [b"k"], timestamp=clock.now), leader_epoch=0)
+        log.roll()
+    assert log.cleanable_end_offset == 0
+    log.update_high_watermark(2)
+    assert log.cleanable_end_offset == 2
+    log.append_as_leader(batch([b"3"], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.update_high_watermark(4)
+    assert log.cleanable_end_offset == log.active_segment.base_offset == 3
+
+
+def test_truncating_to_a_segment_base_after_compaction_keeps_the_log_end_there(open_log, clock):
+    """When compaction emptied the tail of a segment (an expired tombstone), truncating to the
+    next segment's base leaves the log end at that base: no offset is handed out twice."""
+    log = open_log({**COMPACT, "delete.retention.ms": DAY})
+    log.append_as_leader(batch([b"a"], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.append_as_leader(batch([None], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    log.update_high_watermark(2)
+    log.append_as_leader(batch([b"uncommitted"], [b"j"], timestamp=clock.now), leader_epoch=0)
+    clock.advance(DAY + 1)
+    assert compact(log, clock.now, force=True).tombstones_dropped == 1
+    assert log.truncate_to(2) == 2
+    assert (log.high_watermark, log.log_end_offset) == (2, 2)
+    assert log.append_as_leader(batch([b"next"], [b"j"]), leader_epoch=0).first_offset == 2
+
+
+def test_truncating_into_a_compacted_gap_keeps_the_log_end_across_a_reopen(open_log, clock):
+    """A truncation to an offset whose records compaction removed (below the high watermark,
+    as after an unclean election) ends the log at that offset, and a reopen agrees."""
+    log = open_log({**COMPACT, "delete.retention.ms": DAY})
+    log.append_as_leader(batch([b"x"], [b"j"], timestamp=clock.now), leader_epoch=0)
+    log.append_as_leader(batch([b"a"], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.append_as_leader(batch([None], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    log.append_as_leader(batch([b"y"], [b"m"], timestamp=clock.now), leader_epoch=0)
+    log.update_high_watermark(4)
+    clock.advance(DAY + 1)
+    compact(log, clock.now, force=True)  # offsets 1 and 2 are gone
+    assert log.truncate_to(2) == 2
+    log.close()
+    again = open_log({**COMPACT, "delete.retention.ms": DAY})
+    assert again.log_end_offset == 2
+    assert again.append_as_leader(batch([b"z"], [b"m"]), leader_epoch=0).first_offset == 2
+    assert [(o, v) for o, _, v, _ in read_all(again)] == [(0, b"x"), (2, b"z")]

@@ -1,8 +1,10 @@
 """Retention by time, by size and by log start offset; the active segment always stays."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rafka.errors import OffsetOutOfRange
 from rafka.storage import Log, LogConfig
 from rafka.storage.retention import delete_expired_segments
 
@@ -21,6 +23,7 @@ def test_retention_ms_deletes_segments_whose_newest_record_is_too_old(open_log, 
     log = open_log({"retention.ms": HOUR, "segment.bytes": 500})
     fill(log, 10, clock.now - 2 * HOUR)
     fill(log, 10, clock.now)
+    log.update_high_watermark(log.log_end_offset)
     old_end = 10
     freed = delete_expired_segments(log, clock.now)
     assert freed > 0
@@ -33,6 +36,7 @@ def test_retention_bytes_keeps_the_log_at_or_above_the_limit(open_log, clock):
     """The oldest segments go while the log stays at least retention.bytes big."""
     log = open_log({"retention.bytes": 1500, "segment.bytes": 500})
     fill(log, 30, clock.now)
+    log.update_high_watermark(log.log_end_offset)
     delete_expired_segments(log, clock.now)
     assert log.size_bytes >= 1500
     assert log.size_bytes - log.segments[0].size < 1500
@@ -44,6 +48,7 @@ def test_compact_only_policy_ignores_time_and_size_retention(open_log, clock):
     log = open_log({"cleanup.policy": "compact", "retention.ms": 1, "retention.bytes": 1,
                     "segment.bytes": 500})
     fill(log, 20, clock.now - HOUR)
+    log.update_high_watermark(log.log_end_offset)
     assert delete_expired_segments(log, clock.now) == 0
 
 
@@ -51,8 +56,10 @@ def test_retention_survives_reopen(open_log, clock):
     """The moved log start offset is remembered after a restart."""
     log = open_log({"retention.bytes": 500, "segment.bytes": 500})
     fill(log, 20, clock.now)
+    log.update_high_watermark(log.log_end_offset)
     delete_expired_segments(log, clock.now)
     start = log.log_start_offset
+    assert start > 0
     log.close()
     assert open_log({"retention.bytes": 500, "segment.bytes": 500}).log_start_offset == start
 
@@ -73,6 +80,7 @@ def test_retention_never_removes_the_active_segment(tmp_path_factory, ages, rete
     for age in ages:
         log.append_as_leader(batch([b"v" * 50], timestamp=clock.now - age), leader_epoch=0)
     active, end = log.active_segment, log.log_end_offset
+    log.update_high_watermark(end)
     delete_expired_segments(log, clock.now)
     assert log.active_segment is active and log.segments
     assert log.log_end_offset == end
@@ -80,3 +88,28 @@ def test_retention_never_removes_the_active_segment(tmp_path_factory, ages, rete
     remaining = [r[0] for r in read_all(log)]
     assert remaining == list(range(log.log_start_offset, end))
     log.close()
+
+
+def test_retention_deletes_only_segments_wholly_below_the_high_watermark(open_log, clock):
+    """Old or surplus segments at or above the high watermark stay, and the high watermark
+    does not move: an acks=all wait is never answered by retention."""
+    log = open_log({"retention.ms": HOUR, "retention.bytes": 1, "segment.bytes": 500})
+    fill(log, 30, clock.now - 2 * HOUR)
+    committed = log.segments[2].base_offset + 1  # inside the third segment
+    log.update_high_watermark(committed)
+    delete_expired_segments(log, clock.now)
+    assert log.high_watermark == committed
+    assert log.log_start_offset == log.segments[0].base_offset <= committed
+    assert log.segments[0].next_offset > committed  # the segment holding the HW stays
+    assert [r[0] for r in read_all(log)] == list(range(log.log_start_offset, 30))
+
+
+def test_deleting_segments_past_the_high_watermark_is_refused(open_log, clock):
+    """delete_segments never moves the log start past the high watermark; it says why."""
+    log = open_log({"segment.bytes": 500})
+    fill(log, 20, clock.now)
+    log.update_high_watermark(1)
+    with pytest.raises(OffsetOutOfRange, match="high watermark 1"):
+        log.delete_segments(log.segments[:2])
+    assert log.log_start_offset == 0
+    assert [r[0] for r in read_all(log)] == list(range(20))
