@@ -9,20 +9,24 @@ File ``leader-epoch-checkpoint`` (text, Kafka's layout):
 Used for KIP-101/279 truncation: a follower asks the leader for the end offset of its last
 epoch and truncates to it. The checkpoint is rewritten atomically on every change; after an
 unclean shutdown the log re-assigns epochs from the batches it recovers and drops entries past
-its end. Not thread-safe: the owning Log serializes calls.
+its end. A checkpoint that is missing or malformed (unknown version, wrong count, entries not
+strictly increasing) leaves ``needs_rebuild`` set, and the log rebuilds the cache from its
+batch headers (each batch carries the epoch of the leader that wrote it). Not thread-safe: the
+owning Log serializes calls.
 """
 
 from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from rafka.storage.checkpoint import read_text, write_atomically
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
+CHECKPOINT_VERSION = 0
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 
@@ -37,26 +41,29 @@ class LeaderEpochCache:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.entries: list[EpochEntry] = self._load()
+        loaded = self._load()
+        # True when the checkpoint could not be trusted: the owner must call ``rebuild``.
+        self.needs_rebuild = loaded is None
+        self.entries: list[EpochEntry] = loaded or []
 
-    def _load(self) -> list[EpochEntry]:
-        text = read_text(self.path)
-        if not text:
-            return []
-        lines = text.split("\n")
+    def _load(self) -> list[EpochEntry] | None:
+        """The checkpointed entries, or None when the file is missing or malformed."""
         try:
-            count = int(lines[1])
-            entries = [EpochEntry(*map(int, line.split())) for line in lines[2 : 2 + count]]
-        except (ValueError, IndexError, TypeError):
-            log.warning("%s is malformed; rebuilding it from the log", self.path)
-            return []
-        if len(entries) != count:
-            return []
+            text = read_text(self.path)
+        except (UnicodeDecodeError, ValueError):
+            text = ""  # not even text: malformed
+        if text is None:
+            return None
+        try:
+            entries = _parse(text)
+        except ValueError as e:
+            log.warning("%s is malformed (%s); rebuilding it from the log", self.path, e)
+            return None
         return entries
 
     def _persist(self) -> None:
         body = "".join(f"{e.epoch} {e.start_offset}\n" for e in self.entries)
-        write_atomically(self.path, f"0\n{len(self.entries)}\n{body}".encode())
+        write_atomically(self.path, f"{CHECKPOINT_VERSION}\n{len(self.entries)}\n{body}".encode())
 
     @property
     def latest_epoch(self) -> int:
@@ -68,18 +75,32 @@ class LeaderEpochCache:
         order (an epoch as new or newer, or starting at or after ``start_offset``) are
         dropped first: they were recorded for records this log does not hold, such as an
         epoch recorded at an election and never written to."""
+        if self._assign_in_memory(epoch, start_offset):
+            self._persist()
+
+    def _assign_in_memory(self, epoch: int, start_offset: int) -> bool:
+        """``assign`` without the write; True when the entries changed."""
         if epoch < 0:
-            return
+            return False
         if self.entries and epoch == self.latest_epoch and (
             start_offset >= self.entries[-1].start_offset
         ):
-            return
+            return False
         while self.entries and (
             self.entries[-1].epoch >= epoch or self.entries[-1].start_offset >= start_offset
         ):
             self.entries.pop()
         self.entries.append(EpochEntry(epoch, start_offset))
+        return True
+
+    def rebuild(self, batch_epochs: Iterable[tuple[int, int]]) -> None:
+        """Replace every entry with those implied by (partition leader epoch, base offset) of
+        each batch of the log, in offset order, and write the checkpoint once."""
+        self.entries = []
+        for epoch, base_offset in batch_epochs:
+            self._assign_in_memory(epoch, base_offset)
         self._persist()
+        self.needs_rebuild = False
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for a follower whose last epoch is ``requested_epoch``: the
@@ -124,3 +145,28 @@ class LeaderEpochCache:
         if self.entries:
             self.entries = []
             self._persist()
+
+
+def _parse(text: str) -> list[EpochEntry]:
+    """Entries of a checkpoint's text; ValueError says what is wrong with it."""
+    lines = text.split("\n")
+    if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise ValueError(f"expected version {CHECKPOINT_VERSION} on the first line")
+    count = int(lines[1])
+    body = [line for line in lines[2:] if line.strip()]
+    if len(body) != count:
+        raise ValueError(f"declares {count} entries but holds {len(body)}")
+    entries = []
+    for line in body:
+        fields = line.split()
+        if len(fields) != 2:
+            raise ValueError(f"entry {line!r} is not '<epoch> <start offset>'")
+        entry = EpochEntry(int(fields[0]), int(fields[1]))
+        if entry.epoch < 0 or entry.start_offset < 0:
+            raise ValueError(f"entry {line!r} is negative")
+        if entries and (
+            entry.epoch <= entries[-1].epoch or entry.start_offset <= entries[-1].start_offset
+        ):
+            raise ValueError(f"entry {line!r} does not follow {entries[-1]}")
+        entries.append(entry)
+    return entries

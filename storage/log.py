@@ -23,7 +23,7 @@ import os
 import time
 from typing import Callable, NamedTuple
 
-from rafka.errors import InvalidFetchSize, InvalidRecord, OffsetOutOfRange
+from rafka.errors import CorruptRecord, InvalidFetchSize, InvalidRecord, OffsetOutOfRange
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import read_offset, write_atomically, write_offset
 from rafka.storage.config import LogConfig
@@ -107,6 +107,8 @@ class Log:
         self.log_start_offset = min(
             max(checkpointed_start or 0, self.segments[0].base_offset), self.log_end_offset
         )
+        if self.epoch_cache.needs_rebuild:
+            self._rebuild_epoch_cache()
         self.recovery_point = self.log_end_offset
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self.producer_state = ProducerStateManager(directory, self.config.producer_id_expiration_ms)
@@ -135,8 +137,29 @@ class Log:
         )
 
     def _on_recovered_batch(self, header: rb.BatchHeader) -> None:
-        if header.partition_leader_epoch >= 0:
+        # A cache that needs a rebuild is rebuilt from every batch once recovery is over.
+        if header.partition_leader_epoch >= 0 and not self.epoch_cache.needs_rebuild:
             self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+
+    def _rebuild_epoch_cache(self) -> None:
+        """The leader-epoch checkpoint was missing or malformed: rebuild the cache from the
+        partition leader epoch in every batch header (one small read per batch)."""
+        batches = 0
+        pairs: list[tuple[int, int]] = []
+        try:
+            for segment in self.segments:
+                for _, header in segment.iter_headers(0):
+                    batches += 1
+                    pairs.append((header.partition_leader_epoch, header.base_offset))
+        except CorruptRecord as e:  # keep the epochs before the damage; reads will report it
+            log.warning("%s: leader epochs rebuilt up to a damaged batch: %s", self.directory, e)
+        self.epoch_cache.rebuild(pairs)
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
+        if batches:
+            log.warning(
+                "%s: rebuilt the leader-epoch cache from %d batch headers: %s",
+                self.directory, batches, self.epoch_cache.entries,
+            )  # fmt: skip
 
     def _rebuild_producer_state(self) -> None:
         """Load the newest snapshot at or below the log end and replay headers after it."""
