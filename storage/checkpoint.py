@@ -1,7 +1,8 @@
 """Small files that must never be half-written: write to a temporary name, fsync, rename.
 
 A reader sees the old content or the new, never a mix. Used for the leader-epoch checkpoint,
-the log-start-offset and recovery-point files and producer-state snapshots.
+the log-start-offset and recovery-point files and producer-state snapshots. Creating, renaming
+or removing a file is durable only once its directory is fsynced; every helper here does it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,21 @@ def write_atomically(path: str, data: bytes) -> None:
     except OSError as e:
         raise KafkaStorageError(
             f"cannot write {path}: {e.strerror}; make the data directory writable"
+        ) from e
+
+
+def remove_durably(path: str) -> None:
+    """Unlink ``path`` (if present) and fsync its directory: until the directory is synced, a
+    power loss can bring the file back."""
+    try:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        fsync_directory(os.path.dirname(path) or ".")
+    except OSError as e:
+        raise KafkaStorageError(
+            f"cannot remove {path}: {e.strerror}; make the data directory writable"
         ) from e
 
 

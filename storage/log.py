@@ -25,7 +25,12 @@ from typing import Callable, NamedTuple
 
 from rafka.errors import CorruptRecord, InvalidFetchSize, InvalidRecord, OffsetOutOfRange
 from rafka.storage import record_batch as rb
-from rafka.storage.checkpoint import read_offset, write_atomically, write_offset
+from rafka.storage.checkpoint import (
+    fsync_directory,
+    read_offset,
+    write_atomically,
+    write_offset,
+)
 from rafka.storage.config import LogConfig
 from rafka.storage.flush_policy import FlushPolicy
 from rafka.storage.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
@@ -330,7 +335,13 @@ class Log:
         self.producer_state.remove_expired(self.clock())
         self.producer_state.take_snapshot(self.log_end_offset)
         self.producer_state.delete_snapshots_below(self.log_start_offset)
+        return self._add_active_segment()
+
+    def _add_active_segment(self) -> Segment:
+        """Start an empty segment at the log end offset. Its file's directory entry is fsynced,
+        so records later flushed into it cannot vanish with an entry lost to a power loss."""
         segment = self.make_segment(self.log_end_offset, "")
+        fsync_directory(self.directory)
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
         return segment
@@ -413,8 +424,7 @@ class Log:
         if len(self.segments) > 1:  # an emptied segment is replaced by one at the log end
             self.segments.pop().delete()
             self._bases.pop()
-            self.segments.append(self.make_segment(self.log_end_offset, ""))
-            self._bases.append(self.log_end_offset)
+            self._add_active_segment()
         # A log whose only segment lost every record to compaction keeps its end in memory.
 
     def truncate_fully_and_start_at(self, offset: int) -> None:

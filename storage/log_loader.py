@@ -2,7 +2,8 @@
 
 Files the loader reads besides the segments:
 
-    clean-shutdown       present only between a clean close and the next open
+    clean-shutdown       present only between a clean close and the next open (its creation
+                         and removal are both made durable with a directory fsync)
     recovery-point       offset below which every batch was fsynced (written at roll and close)
     log-start-offset     the log start offset when it moved inside a segment (delete_records)
 
@@ -22,7 +23,7 @@ from typing import Callable
 
 from rafka.errors import KafkaStorageError
 from rafka.storage import record_batch as rb
-from rafka.storage.checkpoint import read_offset
+from rafka.storage.checkpoint import read_offset, remove_durably
 from rafka.storage.segment import (
     CLEANED_SUFFIX,
     LOG_SUFFIX,
@@ -183,5 +184,7 @@ def load_segments(
                 cut = True
         kept.append(segment)
     if clean:
-        os.unlink(marker)
+        # Durably gone before anything is appended: a power loss after this open must not
+        # find the marker again and skip recovery of what the next run writes.
+        remove_durably(marker)
     return kept, report, log_start
