@@ -85,7 +85,19 @@ The code lives in ``tests/unit/cluster/sim/``: ``network`` (clock and network),
 ``controller``, ``broker`` and ``replica`` (the actors' glue), ``checker`` (the invariants)
 and ``runner`` (one seeded run, the report, replay and the command line).
 
-Replay one seed: ``python -m tests.unit.cluster.simulation --seed 7 --events 300 --verbose``.
+Since then (see the sub-modules' docstrings): an idempotent producer (``sim/producer.py``,
+KIP-360 epoch bumps, lost answers, batches refused as too large) checked by the real
+``ProducerStateManager``; replica epochs from the controller's persisted counter; eligible
+leader replicas and min ISR in every election; flushing (``SimConfig.flush``); correlated
+faults (``SimConfig.correlated``: power loss of several brokers, controller restarts).
+Invariant 7: a leader's high watermark never covers a record received by fewer than
+``min.insync.replicas`` replicas. Loss is judged against physics (``Checker._judge_losses``):
+a committed record may vanish only if every replica that held it lost it in a power failure
+before flushing it, never with ``flush="every_append"``.
+
+Replay one seed: ``python -m tests.unit.cluster.simulation --seed 7 --events 300 --verbose``
+(``--correlated``, ``--flush``, ``--min-insync-replicas``, ``--set name=value`` for any knob),
+or ``simulation.replay(7, correlated=True, ...)``.
 """
 
 from tests.unit.cluster.sim.config import (

@@ -33,15 +33,16 @@ F. A leader never pulls its state, so one that missed a push could wait forever.
    replica checks in. The simulation's leaders no longer pull, and brokers stall long enough
    to be fenced while alive.
 
-C. (design gap, as Kafka before KIP-966; kept) ``elections.replica_restarted`` keeps a replica
-   that restarted after an unclean stop in the ISR when it is the last member, and elects
-   it. If a broker loses its unflushed tail and, before it catches up, the replicas that
-   still hold the records crash, are fenced or are dropped from the ISR (even by a shrink the
-   crashed leader proposed just before), the broker that lost them becomes the last ISR
-   member and leader, and the others truncate to its log: committed records are lost though
-   an intact copy survived. The default failure model (``one_holder_at_a_time``) therefore
-   crashes nothing while a broker that lost its tail is out of sync;
-   ``test_weaker_failure_models_lose_committed_records`` keeps the examples.
+C. (design gap, as Kafka before KIP-966; closed by eligible leader replicas) a replica that
+   restarted after an unclean stop stayed in the ISR when it was the last member and was
+   elected: if a broker lost its unflushed tail and, before it caught up, the replicas that
+   still held the records crashed, were fenced or were dropped from the ISR, the broker that
+   lost them led and the others truncated to its log. Now a member that leaves an ISR below
+   ``min.insync.replicas`` stays an eligible leader replica, the high watermark holds still
+   below min ISR, an uncleanly restarted candidate is marked and a clean one preferred.
+   Lossy crashes need no precondition any more (``lossy_rule="any"`` keeps every invariant);
+   ``SimConfig(broken="no_eligible_leaders")`` runs the elections with min ISR 1, as before,
+   and loses committed records again (``test_the_checker_catches_a_broken_rule``).
 
 Fixed later, found by the simulation after A-F:
 
@@ -53,6 +54,30 @@ H. A restarted replica adopted its check-in answer even when a newer state had b
    while the answer travelled (and ignored), and could lead a stale epoch forever. Now it
    keeps the newest pushed state and adopts it after the answer when it is newer.
 
+With the producer model and correlated faults (power losses of several brokers at once,
+controller restarts):
+
+I. (glue, proposed rule ``live_after_checkin``, on by default) a broker whose process
+   restarted counted as live for elections from its first heartbeat, before its replica
+   checked in; the controller then elected it as a clean ISR member though it had lost its
+   tail, and a replica that kept the records truncated them (seed 22 with correlated faults
+   and ``lossy_rule="any"`` before the rule). The simulation's controller now counts a
+   restarted broker for a partition's elections only once its replica of it checked in since
+   (the heartbeat names the broker's process). ``actors/controller.py`` lacks it: the node
+   agent's heartbeat would carry its start count and the replica's check-in the same.
+J. (rules, open) a replica that leaves the ISR while the rest still meets min ISR is no
+   candidate; if the rest then loses its unflushed tails in the same power loss, before the
+   controller learns it, every candidate restarts uncleanly and the longest of *their* logs
+   leads, while the replica that left holds every committed record intact and truncates them
+   away on return. Physics kept the records; rafka loses them (as Kafka's KIP-966 unclean
+   recovery, which looks only at ISR and ELR). Needs a rule in ``rafka.cluster.elections``:
+   when every candidate restarted uncleanly, wait for the last replicas to leave the ISR (or
+   every replica) to report their log positions and take the longest.
+   ``test_open_gap_j_loses_what_a_replica_kept`` keeps the seeds (strict xfail).
+
+Also proposed here for ``actors/controller.py``: ``controller_restart_pushes``, a restarted
+controller pushes every partition's state once (a leader fenced before the restart never pulls).
+
 ``test_each_fixed_seed_fails_without_its_rule`` keeps the seeds that showed them.
 """
 
@@ -62,25 +87,27 @@ from collections import Counter
 
 import pytest
 
-from tests.unit.cluster.simulation import (
-    CHECKIN_KEEPS_NEWEST,
-    MONOTONIC_EPOCH_CACHE,
-    PROPOSALS,
-    SimConfig,
-    Simulation,
-)
+from tests.unit.cluster.sim.config import LIVE_AFTER_CHECKIN
+from tests.unit.cluster.simulation import PROPOSALS, SimConfig, Simulation
 
 SEEDS = 2000
 BLOCK = 250
 EVENTS = 300
+#: The correlated fault mix with every write flushed: nothing acknowledged may be lost.
+FLUSHED = dict(correlated=True, lossy_rule="any", flush="every_append")
 
-#: Seeds that showed bugs G and H: (seed, events) -> the rule that fixed it.
+#: Seeds that showed a bug the proposed rules fix: (seed, config) -> the rule. (The seeds of
+#: bugs G and H stopped reproducing when the producer model changed every run's random
+#: draws; the unit tests of the epoch cache and the check-in keep those rules.)
 FIXED = {
-    (824, EVENTS): MONOTONIC_EPOCH_CACHE,
-    (1715, EVENTS): MONOTONIC_EPOCH_CACHE,
-    (294, 2000): CHECKIN_KEEPS_NEWEST,
-    (539, 2000): CHECKIN_KEEPS_NEWEST,
+    (22, (("correlated", True), ("lossy_rule", "any"))): LIVE_AFTER_CHECKIN,
 }
+
+#: Gap J (open): correlated power loss without flushing loses records a replica kept.
+GAP_J = [
+    (59, (("correlated", True),)),
+    (33, (("correlated", True), ("lossy_rule", "any"), ("min_insync_replicas", 1))),
+]
 
 
 def _run(seed: int, events: int = EVENTS, **config) -> tuple[Simulation, str | None]:
@@ -93,39 +120,87 @@ def _run(seed: int, events: int = EVENTS, **config) -> tuple[Simulation, str | N
     return sim, None
 
 
+def _sweep(seeds: range, **config) -> Counter:
+    totals: Counter = Counter()
+    for seed in seeds:
+        sim, failure = _run(seed, **config)
+        assert failure is None, failure
+        totals.update(sim.summary())
+    print(f"seeds {seeds.start}-{seeds.stop - 1} {config}: {dict(totals)}")
+    return totals
+
+
 @pytest.mark.parametrize(
     "first", range(0, SEEDS, BLOCK), ids=lambda first: f"seeds_{first}_{first + BLOCK - 1}"
 )
 def test_every_seed_keeps_the_invariants(first):
     """Each seed of the block keeps every invariant with the rules as they are, and the block
-    goes through every kind of fault and outcome."""
-    totals: Counter = Counter()
-    for seed in range(first, first + BLOCK):
-        sim, failure = _run(seed)
-        assert failure is None, failure
-        totals.update(sim.summary())
-    print(f"seeds {first}-{first + BLOCK - 1}: {dict(totals)}")
+    goes through every kind of fault and outcome, the producer's included."""
+    totals = _sweep(range(first, first + BLOCK))
     for seen in ("crash", "lossy_crash", "stall", "fenced", "unfenced", "lost_from_dead",
-                 "acknowledged", "failed_after_append", "refused", "isr_refused",
-                 "truncations", "state_pulls"):  # fmt: skip
+                 "acknowledged", "refused", "isr_refused",
+                 "truncations", "state_pulls", "eligible_leaders", "duplicates",
+                 "epoch_bumps", "too_large", "lost_produce_answer", "OutOfOrderSequence",
+                 "produce_failed"):  # fmt: skip
         assert totals[seen] > 0, f"no {seen} in the block"
 
 
-@pytest.mark.parametrize("seed, events", sorted(FIXED))
-def test_each_fixed_seed_fails_without_its_rule(seed, events):
-    """The seeds that showed bugs G and H keep every invariant with rafka's rules, and fail
-    again with the rule that fixed them switched off."""
-    _, failure = _run(seed, events)
+def test_lossy_crashes_need_no_precondition_with_eligible_leaders():
+    """Gap C is closed: single lossy crashes at any moment (no failure-model precondition)
+    lose nothing committed."""
+    _sweep(range(300), lossy_rule="any")
+
+
+@pytest.mark.parametrize("min_isr", [2, 1])
+def test_correlated_faults_lose_nothing_when_every_append_is_flushed(min_isr):
+    """Power losses of several brokers at once and controller restarts, with every write
+    flushed: no acknowledged record is lost or duplicated, whatever the failure model."""
+    totals = _sweep(range(300), min_insync_replicas=min_isr, **FLUSHED)
+    for seen in ("power_loss", "controller_restart", "acknowledged", "duplicates"):
+        assert totals[seen] > 0, f"no {seen}"
+    assert totals["physically_lost"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", range(300, 2300, 1000), ids=lambda f: f"seeds_{f}_{f + 999}")
+def test_correlated_faults_large_sweep(first):
+    """The flushed correlated mix over thousands more seeds."""
+    _sweep(range(first, first + 1000), **FLUSHED)
+
+
+@pytest.mark.xfail(strict=True, reason="not yet diagnosed: the flushed correlated mix does not "
+                   "converge within 60 s of healing")
+def test_seed_3084_converges_after_correlated_faults():
+    """Seed 3084 of the flushed correlated mix converges after healing."""
+    _, failure = _run(3084, **FLUSHED)
     assert failure is None, failure
-    _, failure = _run(seed, events, proposed=PROPOSALS - {FIXED[seed, events]})
+
+
+@pytest.mark.parametrize("seed, config", sorted(FIXED))
+def test_each_fixed_seed_fails_without_its_rule(seed, config):
+    """The seeds that showed a bug keep every invariant with the proposed rules, and fail
+    again with the rule that fixes it switched off."""
+    _, failure = _run(seed, **dict(config))
+    assert failure is None, failure
+    _, failure = _run(seed, proposed=PROPOSALS - {FIXED[seed, config]}, **dict(config))
     assert failure is not None
+
+
+@pytest.mark.xfail(strict=True, reason="gap J: when every candidate restarted uncleanly, the "
+                   "longest candidate log leads though a replica outside the candidates kept "
+                   "every committed record; the rule belongs in rafka.cluster.elections")
+@pytest.mark.parametrize("seed, config", GAP_J)
+def test_open_gap_j_loses_what_a_replica_kept(seed, config):
+    """Correlated power loss of every candidate keeps what a replica outside them holds."""
+    _, failure = _run(seed, **dict(config))
+    assert failure is None, failure
 
 
 def test_a_seed_replays_identically():
     """The same seed gives the same trace, event for event; another seed does not."""
 
     def trace(seed):
-        sim = Simulation(seed, SimConfig(events=EVENTS), record=True)
+        sim = Simulation(seed, SimConfig(events=EVENTS, **FLUSHED), record=True)
         try:
             sim.run()
         except AssertionError:
@@ -138,30 +213,21 @@ def test_a_seed_replays_identically():
     assert first[0] != other[0]
 
 
-@pytest.mark.parametrize("broken", ["unclean_election", "skip_divergence_check"])
-def test_the_checker_catches_a_broken_rule(broken):
-    """With one rule broken on purpose (and the open bugs' rules on, so nothing else fails),
-    some seed among the first 200 violates a safety invariant, and the report names the
-    seed, the event, the invariant and the events before it."""
-    for seed in range(200):
-        _, failure = _run(seed, proposed=PROPOSALS, broken=broken)
+@pytest.mark.parametrize(
+    "broken, config",
+    [("unclean_election", {}), ("skip_divergence_check", {}),
+     ("no_eligible_leaders", {"lossy_rule": "any"})],
+)  # fmt: skip
+def test_the_checker_catches_a_broken_rule(broken, config):
+    """With one rule broken on purpose, some seed among the first 400 violates a safety
+    invariant, and the report names the seed, the event, the invariant, the events before it
+    and the command that replays it with every knob."""
+    for seed in range(400):
+        _, failure = _run(seed, broken=broken, **config)
         if failure is not None and "invariant liveness" not in failure.splitlines()[0]:
             assert f"seed {seed}:" in failure and "invariant" in failure
-            assert f"--seed {seed}" in failure and "last 30 events" in failure
+            assert f"--seed {seed}" in failure and f"--broken {broken}" in failure
+            assert "last 30 events" in failure and f"replay({seed}, " in failure
             print(failure.splitlines()[0])
             return
-    pytest.fail(f"no seed in 200 caught broken rule {broken!r}")
-
-
-@pytest.mark.parametrize(
-    "seed, events, lossy_rule",
-    [(146, EVENTS, "others_checked_in"), (727, 2000, "others_in_sync")],
-)
-def test_weaker_failure_models_lose_committed_records(seed, events, lossy_rule):
-    """Why the default failure model is what it is: with a weaker precondition for lossy
-    crashes, committed records are lost (the crashing broker was their only holder, or gap
-    C); the same seed keeps them under the default model."""
-    _, failure = _run(seed, events, proposed=PROPOSALS, lossy_rule=lossy_rule)
-    assert failure is not None and "invariant 4" in failure.splitlines()[0], failure
-    _, failure = _run(seed, events, proposed=PROPOSALS)
-    assert failure is None, failure
+    pytest.fail(f"no seed in 400 caught broken rule {broken!r}")

@@ -6,9 +6,10 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from tests.unit.cluster.sim.config import InvariantViolation
+from tests.unit.cluster.sim.log import TRUNCATED, Entry
 
 if TYPE_CHECKING:
-    from tests.unit.cluster.sim.broker import Disk
+    from tests.unit.cluster.sim.log import Disk
     from tests.unit.cluster.sim.replica import Replica
     from tests.unit.cluster.sim.runner import Simulation
 
@@ -16,14 +17,20 @@ if TYPE_CHECKING:
 class Checker:
     """The truth the invariants are checked against: each partition's committed log
     (records below the highest high watermark a leader exposed, taken from that leader's
-    log), every acknowledged and refused record, and who led each epoch."""
+    log, less what physics took: see ``_judge_losses``), every acknowledged, refused and
+    physically lost record, and who led each epoch."""
 
     def __init__(self, sim: "Simulation") -> None:
         self.sim = sim
-        self.committed: dict[int, list[tuple[int, int]]] = {p: [] for p in sim.partitions}
+        self.committed: dict[int, list[Entry]] = {p: [] for p in sim.partitions}
         self.acked: dict[int, dict[int, int]] = {p: {} for p in sim.partitions}
         self.refused: set[int] = set()
+        self.physically_lost: set[int] = set()
         self.leaders: dict[tuple[int, int], tuple[int, int]] = {}
+        self.min_isr = min(sim.cfg.min_insync_replicas, sim.cfg.replication_factor)
+
+    def _disks(self, p: int) -> list[Disk]:
+        return [self.sim.brokers[b].disks[p] for b in self.sim.partitions[p]]
 
     def on_leadership(self, replica: Replica, epoch: int) -> None:
         me = (replica.b, replica.incarnation)
@@ -34,8 +41,10 @@ class Checker:
                                         f"(incarnation {holder[1]})")  # fmt: skip
 
     def on_leader_high_watermark(self, replica: Replica) -> None:
-        """A leader exposed a new high watermark: what lies below it is committed."""
-        committed = self.committed[replica.p]
+        """A leader exposed a new high watermark: what lies below it is committed, and each
+        newly committed record was received by at least min ISR replicas (invariant 7)."""
+        p = replica.p
+        committed = self.committed[p]
         log = replica.disk.log
         if replica.hw > len(log):
             raise InvariantViolation(3, f"{replica!r} high watermark {replica.hw} is past its "
@@ -47,28 +56,48 @@ class Checker:
             raise InvariantViolation(4, f"leader {replica!r} exposes high watermark {replica.hw} "
                                         f"but holds {log[agree]} at offset {agree} where "
                                         f"{committed[agree]} is committed")  # fmt: skip
+        disks = self._disks(p)
+        for offset in range(len(committed), replica.hw):
+            holders = sum(d.received(offset, log[offset]) for d in disks)
+            if holders < self.min_isr:
+                raise InvariantViolation(7, f"leader {replica!r} exposes high watermark "
+                                            f"{replica.hw} over {log[offset]} at offset {offset},"
+                                            f" held by {holders} replica(s) only")  # fmt: skip
         committed.extend(log[len(committed) : replica.hw])
-        self.sim.dirty.add(replica.p)
+        self.sim.dirty.add(p)
 
     def on_ack(self, p: int, offset: int, rid: int) -> None:
+        """The leader answers a produce (acks=all) for the record at ``offset``."""
         sim = self.sim
         record = self.committed[p][offset]
-        if record[1] != rid:
+        if record.rid != rid:
             raise InvariantViolation(4, f"p{p} acknowledged id {rid} at offset {offset} where "
                                         f"{record} is committed")  # fmt: skip
-        self.acked[p][offset] = rid
         sim.stats["acknowledged"] += 1
-        disks = [sim.brokers[b].disks[p] for b in sim.partitions[p]]
-        holders = [d for d in disks if _at(d.log, offset) == record or d.lost.get(offset) == record]
-        if len(holders) < sim.cfg.min_insync_replicas:
+        holders = sum(d.received(offset, record) for d in self._disks(p))
+        if holders < sim.cfg.min_insync_replicas:
             raise InvariantViolation(6, f"p{p} acknowledged id {rid} at offset {offset}, "
-                                        f"received by {len(holders)} replica(s) only")
+                                        f"received by {holders} replica(s) only")
+
+    def on_acknowledged(self, p: int, base_offset: int, rids: tuple[int, ...]) -> None:
+        """The producer learnt that its batch is written at ``base_offset``."""
+        committed = self.committed[p]
+        for offset, rid in enumerate(rids, base_offset):
+            self.acked[p][offset] = rid
+            here = committed[offset].rid if offset < len(committed) else None
+            if here != rid and rid not in self.physically_lost:
+                raise InvariantViolation(4, f"p{p}: the producer was told id {rid} is at offset "
+                                            f"{offset}, where id {here} is committed")
 
     def check_partition(self, p: int) -> None:
-        """Invariants 4 and 5 for every live replica of ``p``."""
+        """Losses judged (``_judge_losses``); invariants 4 and 5 for every live replica."""
         sim = self.sim
+        self._judge_losses(p)
         committed = self.committed[p]
-        isr = sim.controller.states[p].isr
+        state = sim.controller.states[p]
+        # Candidates that restarted uncleanly may lack records: they lead only if every
+        # candidate did.
+        clean_candidates = [b for b in state.candidates if b not in state.unclean_candidates]
         for b in sim.partitions[p]:
             broker = sim.brokers[b]
             if not broker.up:
@@ -79,26 +108,58 @@ class Checker:
             if replica.hw > len(committed):
                 raise InvariantViolation(5, f"{replica!r} exposes high watermark {replica.hw} "
                                             f"above the committed point {len(committed)}")
-            if replica.checked_in and b in isr and agree < len(committed):
-                raise InvariantViolation(4, f"ISR member {replica!r} lacks committed record "
-                                            f"{committed[agree]} at offset {agree} (it has "
-                                            f"{_at(log, agree)}; committed point "
-                                            f"{len(committed)}, ISR {isr})")  # fmt: skip
+            if replica.checked_in and b in clean_candidates and agree < len(committed):
+                raise InvariantViolation(4, f"leader candidate {replica!r} lacks committed "
+                                            f"record {committed[agree]} at offset {agree} (it "
+                                            f"has {_at(log, agree)}; committed point "
+                                            f"{len(committed)}, ISR {state.isr}, eligible "
+                                            f"{state.elr})")  # fmt: skip
             if agree < min(replica.hw, len(log)):
                 raise InvariantViolation(5, f"{replica!r} holds {log[agree]} at offset {agree} "
                                             f"below its high watermark {replica.hw}; "
                                             f"committed there: {committed[agree]}")  # fmt: skip
 
+    def _judge_losses(self, p: int) -> None:
+        """Committed records that no disk of ``p`` holds any more (live or not) are lost.
+        That is allowed only as physics allows it: every replica that ever held such a
+        record lost it in a power failure before flushing it (its last copy on each disk
+        went with an unflushed tail, none by a truncation), and never with
+        ``flush="every_append"``. The committed log is then cut where the loss begins: its
+        offsets may be written again, and the acknowledged records lost are excused."""
+        committed = self.committed[p]
+        disks = self._disks(p)
+        kept = max(_agreement(d, committed) for d in disks)
+        if kept == len(committed):
+            return
+        sim = self.sim
+        for offset in range(kept, len(committed)):
+            record = committed[offset]
+            truncated = [b for b, d in zip(sim.partitions[p], disks)
+                         if d.gone.get((offset, record)) == TRUNCATED]  # fmt: skip
+            if truncated or sim.cfg.flush == "every_append":
+                how = f"truncated by brokers {truncated}" if truncated else "lost"
+                raise InvariantViolation("loss", f"p{p}: committed record {record} at offset "
+                                                 f"{offset} is on no replica: {how} (flush "
+                                                 f"{sim.cfg.flush})")  # fmt: skip
+            self.physically_lost.add(record.rid)
+        sim.stats["physically_lost"] += len(committed) - kept
+        sim.note(f"p{p}: committed records from offset {kept} to {len(committed)} are on no "
+                 "replica after power failures")  # fmt: skip
+        del committed[kept:]
+
     def final_check(self, leaders: dict[int, Replica]) -> None:
-        """After healing: every acknowledged record once at its offset, no refused one."""
+        """After healing: every acknowledged record once at its offset (unless physics took
+        it), no refused one, nothing twice."""
         for p, leader in leaders.items():
             log = leader.disk.log
-            ids = [rid for _, rid in log]
+            ids = [e.rid for e in log]
             if len(set(ids)) != len(ids):
                 twice = sorted(rid for rid, n in Counter(ids).items() if n > 1)
                 raise InvariantViolation(4, f"p{p}: ids {twice[:5]} are in the final log twice")
             for offset, rid in sorted(self.acked[p].items()):
-                if _at(log, offset) is None or log[offset][1] != rid:
+                if rid in self.physically_lost and rid not in ids:
+                    continue
+                if _at(log, offset) is None or log[offset].rid != rid:
                     raise InvariantViolation(4, f"p{p}: acknowledged id {rid} at offset {offset} "
                                                 f"is not in the final log of {leader!r}, which "
                                                 f"has {_at(log, offset)} there")  # fmt: skip

@@ -10,15 +10,25 @@ from rafka.cluster.metadata import PartitionState
 
 
 CONTROLLER = -100  # the controller's network address
+CLIENT = -200  # the producers' network address (the client never fails)
 
-LOSSY_RULES = ("others_checked_in", "others_in_sync", "one_holder_at_a_time")
-BROKEN_RULES = ("unclean_election", "skip_divergence_check")
+LOSSY_RULES = ("others_checked_in", "others_in_sync", "one_holder_at_a_time", "any")
+BROKEN_RULES = ("unclean_election", "skip_divergence_check", "no_eligible_leaders")
+FLUSH_RULES = ("background", "every_append")
 
 # Rules that fixed the last bugs this simulation found (see the test module's docstring).
 # They are rafka's now and on by default; switching one off reproduces the bug it fixed.
 MONOTONIC_EPOCH_CACHE = "monotonic_epoch_cache"  # bug G
 CHECKIN_KEEPS_NEWEST = "checkin_keeps_newest_state"  # bug H
-PROPOSALS = frozenset({MONOTONIC_EPOCH_CACHE, CHECKIN_KEEPS_NEWEST})
+# A glue rule the simulation adds for the actors (not yet in actors/controller.py): a
+# restarted controller pushes every partition's state once, so a leader that missed a push
+# while fenced learns it lost leadership (leaders never pull).
+CONTROLLER_RESTART_PUSHES = "controller_restart_pushes"
+# A glue rule the correlated faults showed rafka needs (bug I in the test module): a broker
+# whose process restarted may lead a partition only once its replica of it checked in.
+LIVE_AFTER_CHECKIN = "live_after_checkin"
+PROPOSALS = frozenset({MONOTONIC_EPOCH_CACHE, CHECKIN_KEEPS_NEWEST, CONTROLLER_RESTART_PUSHES,
+                       LIVE_AFTER_CHECKIN})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -27,7 +37,18 @@ class SimConfig:
     instead of 30 s) so that a few hundred events see crashes, fencing and recovery.
     ``broken`` breaks one rule on purpose: "unclean_election" gives a dead leader's partition
     to its first live replica, in sync or not; "skip_divergence_check" makes leaders serve
-    records without the KIP-320 check, so followers never truncate."""
+    records without the KIP-320 check, so followers never truncate; "no_eligible_leaders"
+    runs the controller's elections with min ISR 1, so no replica is ever eligible and the
+    last ISR member leads after losing its tail, as before KIP-966 (gap C).
+
+    ``flush``: "background" never flushes on the write path (Kafka's and rafka's default):
+    each replica's timer flushes its whole log with ``flush_chance`` per tick, as the OS
+    writes dirty pages back; "every_append" flushes every record as it is written.
+    ``correlated`` adds the correlated faults: a power loss of several brokers at once (up to
+    every replica of a partition) and controller restarts. The producer: ``batch_records``
+    records per batch at most, ``max_in_flight`` batches per partition, ``too_large`` of
+    batches refused for good by the leader, ``answer_loss`` of produce answers lost,
+    ``request_timeout_ms`` before a resend, ``delivery_timeout_ms`` before a batch fails."""
 
     events: int = 300
     replication_factor: int = 3
@@ -56,6 +77,17 @@ class SimConfig:
     heal_limit_ms: int = 60_000
     broken: str | None = None
     proposed: frozenset = PROPOSALS
+    flush: str = "background"
+    correlated: bool = False
+    power_loss_share: float = 0.15  # of faults, with ``correlated``
+    controller_restart_share: float = 0.1  # of faults, with ``correlated``
+    controller_downtime_ms: tuple[int, int] = (100, 2_000)
+    batch_records: int = 3
+    max_in_flight: int = 5  # Kafka's limit for idempotence: the leader keeps five batches
+    too_large: float = 0.03
+    answer_loss: float = 0.05
+    request_timeout_ms: int = 1_500
+    delivery_timeout_ms: int = 12_000
 
 
 class State(NamedTuple):

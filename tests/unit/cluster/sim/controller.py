@@ -1,47 +1,119 @@
 """The controller model: partition states changed only through ``rafka.cluster.elections``,
-with the glue of ``actors/controller.py``."""
+with the glue of ``actors/controller.py``; what it persists (``ControllerMetadata``) survives
+its restarts, its liveness view and requests in flight do not."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rafka.cluster import controller as decide
 from rafka.cluster import elections
 from rafka.cluster.liveness import BrokerLiveness
-from rafka.cluster.metadata import NO_LEADER, PartitionState
+from rafka.cluster.metadata import NO_LEADER, LogPosition, MetadataImage, PartitionState
 from rafka.errors import RafkaError
-from tests.unit.cluster.sim.config import InvariantViolation, State
+from tests.unit.cluster.sim.config import (
+    CONTROLLER,
+    CONTROLLER_RESTART_PUSHES,
+    LIVE_AFTER_CHECKIN,
+    InvariantViolation,
+    State,
+)
 
 if TYPE_CHECKING:
     from tests.unit.cluster.sim.runner import Simulation
 
+TOPIC_ID = "sim-topic"
 
-class Controller:
-    """Holds every partition's state and changes it only through ``rafka.cluster.elections``,
-    as ``actors/controller.py``. Learns that a broker died only from its missed heartbeats and
-    an unanswered probe; pushes every change to the partition's live replicas, and everything
-    a fenced broker missed when it speaks again; answers check-ins (recording the replica's
-    incarnation), ISR proposals (checked against those incarnations) and state pulls. It never
-    crashes here. Invariant 2 is checked in ``_apply``."""
 
-    def __init__(self, sim: "Simulation") -> None:
-        self.sim = sim
-        self.cfg = sim.cfg
+class ControllerMetadata:
+    """What the controller keeps in its metadata log, so it survives a controller restart:
+    every partition's state, and the replica epochs (one growing counter, and each
+    replica's current epoch) in a real ``MetadataImage`` changed only through
+    ``rafka.cluster.controller``. Replicas created with the topic share one reserved epoch."""
+
+    def __init__(self, partitions: dict[int, list[int]]) -> None:
         self.states = {
             p: PartitionState(p, list(replicas), list(replicas), replicas[0], 0, 0)
-            for p, replicas in sim.partitions.items()
+            for p, replicas in partitions.items()
         }
+        self.image = MetadataImage()
+        self.created_epoch, records = decide.reserve_replica_epoch(self.image)
+        self._append(records)
+        # (partition, broker) -> the broker process whose replica last checked in (the
+        # first process created the replicas). Would ride on the replica epoch record.
+        self.checked_in = {(p, b): 1 for p, replicas in partitions.items() for b in replicas}
+
+    def _append(self, records: list[dict]) -> None:
+        for record in records:
+            self.image.apply(record, self.image.offset + 1)
+
+    def start_replica(self, p: int, b: int) -> int:
+        """A new replica epoch for ``b``'s replica of ``p``, recorded."""
+        epoch, records = decide.start_replica(self.image, TOPIC_ID, p, b)
+        self._append(records)
+        return epoch
+
+    def replica_epochs(self, p: int) -> dict[int, int]:
+        return decide.replica_epochs_of(self.image, TOPIC_ID, p)
+
+
+class Controller:
+    """One controller process at a time over the persisted ``ControllerMetadata``; changes a
+    partition's state only through ``rafka.cluster.elections`` (with the topic's
+    ``min.insync.replicas``), as ``actors/controller.py``. Learns that a broker died only from
+    its missed heartbeats and an unanswered probe; pushes every change to the partition's live
+    replicas, and everything a fenced broker missed when it speaks again; answers check-ins
+    (handing out a new replica epoch), ISR proposals (checked against the current replica
+    epochs) and state pulls. A restart forgets liveness (every broker gets one session to
+    speak up) and loses requests in flight; with ``CONTROLLER_RESTART_PUSHES`` the new process
+    pushes every partition's state once, as a reconciling controller does. Invariant 2 is
+    checked in ``_apply``."""
+
+    id = CONTROLLER
+
+    def __init__(self, sim: "Simulation", metadata: ControllerMetadata) -> None:
+        self.sim = sim
+        self.cfg = sim.cfg
+        self.metadata = metadata
+        self.states = metadata.states
+        self.up = False
+        self.process = 0
         self.liveness = BrokerLiveness(sim.cfg.session_timeout_ms)
-        self.liveness.track(sorted(sim.brokers), 0)
-        # (partition, broker) -> newest incarnation of that replica that checked in.
-        self.incarnations: dict[tuple[int, int], int] = {}
         self.probing: dict[int, int] = {}  # broker -> id of the probe waiting for its answer
+        self.processes: dict[int, int] = {}  # broker -> newest process its heartbeats named
+        # The rule switched off on purpose ("no_eligible_leaders"): min ISR 1 for elections,
+        # so no replica is ever eligible and the last ISR member leads even after it lost
+        # its tail, as before KIP-966.
+        self.min_isr = 1 if self.cfg.broken == "no_eligible_leaders" else self.cfg.min_insync_replicas
 
     def start(self) -> None:
-        self.sim.scheduler.after(self.sim.rng.randrange(self.cfg.controller_tick_ms), self.tick)
-        self.sim.scheduler.after(self.cfg.preferred_leader_ms, self.preferred_leader_tick)
+        sched = self.sim.scheduler
+        self.up = True
+        self.process += 1
+        self.liveness = BrokerLiveness(self.cfg.session_timeout_ms)
+        self.liveness.track(sorted(self.sim.brokers), sched.now)
+        self.probing = {}
+        self.processes = {}
+        sched.after(self.sim.rng.randrange(self.cfg.controller_tick_ms), self.tick, self.process)
+        sched.after(self.cfg.preferred_leader_ms, self.preferred_leader_tick, self.process)
+        if self.process > 1 and CONTROLLER_RESTART_PUSHES in self.cfg.proposed:
+            for p in sorted(self.states):
+                self._push(p)
+
+    def crash(self) -> None:
+        self.up = False
 
     def live(self) -> set[int]:
         return self.liveness.live()
+
+    def live_for(self, p: int, live: set[int]) -> set[int]:
+        """The live brokers that may lead ``p``: with ``LIVE_AFTER_CHECKIN``, not one whose
+        process restarted and whose replica of ``p`` has not checked in since (it may have
+        lost its tail, and the controller does not know it yet)."""
+        if LIVE_AFTER_CHECKIN not in self.cfg.proposed:
+            return live
+        checked_in = self.metadata.checked_in
+        return {b for b in live if checked_in.get((p, b), 0) >= self.processes.get(b, 0)}
 
     def _apply(self, new: PartitionState | None) -> None:
         if new is None:
@@ -54,6 +126,7 @@ class Controller:
                                         f"{State.of(old)} to {State.of(new)}")  # fmt: skip
         self.sim.stats["elections"] += new.leader != old.leader
         self.sim.stats["isr_changes"] += new.isr != old.isr
+        self.sim.stats["eligible_leaders"] += len(new.elr) > len(old.elr)
         self.states[new.partition] = new
         self.sim.dirty.add(new.partition)
         self._push(new.partition)
@@ -64,6 +137,9 @@ class Controller:
         for b in state.replicas:
             if self.liveness.is_live(b):
                 self.sim.network.send(b, "update_state", p, state)
+
+    def _answer(self, b: int, kind: str, *payload) -> None:
+        self.sim.network.answer(self, b, kind, *payload)
 
     def _alive(self, b: int) -> None:
         """``_broker_alive``: a heartbeat (or a probe answer, or a check-in); a fenced broker
@@ -76,22 +152,26 @@ class Controller:
         live = self.live()
         for p, replicas in self.sim.partitions.items():
             if b in replicas:
-                self._apply(elections.elect_if_leaderless(self.states[p], live, False))
+                self._apply(elections.elect_if_leaderless(self.states[p], self.live_for(p, live),
+                                                          False,
+                                                          self.min_isr))  # fmt: skip
         for p, replicas in self.sim.partitions.items():
             if b in replicas:
                 self.sim.network.send(b, "update_state", p, State.of(self.states[p]))
 
     # -- timers ----------------------------------------------------------------------------------
 
-    def tick(self) -> None:
+    def tick(self, process: int) -> None:
         """``_watch_brokers``: probe every broker silent for a whole session."""
+        if not self.up or process != self.process:
+            return
         now = self.sim.scheduler.now
         for b in self.liveness.suspects(now):
             if b not in self.probing:
                 probe = self.probing[b] = self.sim.next_id()
                 self.sim.network.send(b, "probe", probe)
                 self.sim.scheduler.after(self.cfg.probe_timeout_ms, self.probe_expired, b, probe)
-        self.sim.scheduler.after(self.cfg.controller_tick_ms, self.tick)
+        self.sim.scheduler.after(self.cfg.controller_tick_ms, self.tick, process)
 
     def on_probe_answer(self, b: int, probe: int) -> None:
         if self.probing.get(b) == probe:
@@ -101,7 +181,7 @@ class Controller:
     def probe_expired(self, b: int, probe: int) -> None:
         """``fence_broker``: no answer in time. (Fenced even if a heartbeat came meanwhile, as
         the actor does; the next heartbeat brings it back.)"""
-        if self.probing.get(b) != probe:
+        if not self.up or self.probing.get(b) != probe:
             return
         del self.probing[b]
         self.liveness.fence(b)
@@ -109,50 +189,59 @@ class Controller:
         self.sim.note(f"controller: fences broker {b}")
         live = self.live()
         for p in list(self.states):
-            self._apply(self._fence(self.states[p], b, live))
+            self._apply(self._fence(self.states[p], b, self.live_for(p, live)))
 
     def _fence(self, p: PartitionState, b: int, live: set[int]) -> PartitionState | None:
         if self.cfg.broken == "unclean_election" and p.leader == b:
             return _elect_outside_isr(p, b, live)
-        return elections.fence_broker(p, b, live, False)
+        return elections.fence_broker(p, b, live, False, self.min_isr)
 
-    def preferred_leader_tick(self) -> None:
+    def preferred_leader_tick(self, process: int) -> None:
+        if not self.up or process != self.process:
+            return
         live = self.live()
         for p in list(self.states):
-            self._apply(elections.preferred_leader(self.states[p], live))
-        self.sim.scheduler.after(self.cfg.preferred_leader_ms, self.preferred_leader_tick)
+            self._apply(elections.preferred_leader(self.states[p], self.live_for(p, live)))
+        self.sim.scheduler.after(self.cfg.preferred_leader_ms, self.preferred_leader_tick, process)
 
     # -- requests --------------------------------------------------------------------------------
 
-    def on_heartbeat(self, b: int) -> None:
+    def on_heartbeat(self, b: int, process: int) -> None:
+        self.processes[b] = max(self.processes.get(b, 0), process)
         self._alive(b)
 
-    def on_replica_started(self, p: int, b: int, clean: bool, incarnation: int,
-                           req: int) -> None:  # fmt: skip
+    def on_replica_started(self, p: int, b: int, clean: bool, position: LogPosition,
+                           process: int, req: int) -> None:  # fmt: skip
+        """A replica's check-in after a restart: a new replica epoch, and the election
+        rules for a replica that may have lost its unflushed tail."""
+        self.processes[b] = max(self.processes.get(b, 0), process)
+        self.metadata.checked_in[p, b] = max(self.metadata.checked_in[p, b], process)
         self._alive(b)
-        key = (p, b)
-        self.incarnations[key] = max(self.incarnations.get(key, incarnation), incarnation)
-        live = self.live() | {b}
-        self._apply(elections.replica_restarted(self.states[p], b, live, False, clean))
-        self.sim.network.send(b, "checkin_answer", p, req, State.of(self.states[p]))
+        epoch = self.metadata.start_replica(p, b)
+        live = self.live_for(p, self.live()) | {b}
+        self._apply(elections.replica_restarted(self.states[p], b, live, False, clean,
+                                                position, self.min_isr))  # fmt: skip
+        self._answer(b, "checkin_answer", p, req, epoch, State.of(self.states[p]))
 
     def on_alter_isr(self, p: int, b: int, leader_epoch: int, partition_epoch: int,
                      isr: tuple[int, ...], incarnations: dict[int, int],
                      req: int) -> None:  # fmt: skip
-        """``incarnations``: those the leader saw each proposed member fetch in."""
-        current = {x: self.incarnations[p, x] for x in isr if (p, x) in self.incarnations}
+        """``incarnations``: the replica epochs the leader saw each proposed member fetch in."""
+        current = self.metadata.replica_epochs(p)
         error = None
         try:
             new = elections.alter_isr(self.states[p], b, leader_epoch, partition_epoch,
-                                      list(isr), self.live(), incarnations, current)  # fmt: skip
+                                      list(isr), self.live_for(p, self.live()), incarnations,
+                                      current,
+                                      self.min_isr)  # fmt: skip
             self._apply(new)
         except RafkaError as e:
             error = type(e).__name__
             self.sim.stats["isr_refused"] += 1
-        self.sim.network.send(b, "isr_answer", p, req, error, State.of(self.states[p]))
+        self._answer(b, "isr_answer", p, req, error, State.of(self.states[p]))
 
     def on_pull_state(self, p: int, b: int, req: int) -> None:
-        self.sim.network.send(b, "state_answer", p, req, State.of(self.states[p]))
+        self._answer(b, "state_answer", p, req, State.of(self.states[p]))
 
 
 def _elect_outside_isr(p: PartitionState, dead: int, live: set[int]) -> PartitionState:

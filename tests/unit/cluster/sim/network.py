@@ -5,10 +5,11 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Callable
 
-from tests.unit.cluster.sim.config import CONTROLLER
+from tests.unit.cluster.sim.config import CLIENT
 
 if TYPE_CHECKING:
     from tests.unit.cluster.sim.broker import Broker
+    from tests.unit.cluster.sim.controller import Controller
     from tests.unit.cluster.sim.runner import Simulation
 
 
@@ -37,7 +38,7 @@ class Scheduler:
 class Network:
     """Delivers each message after a random latency; while faults are on, a few are held back
     long enough to arrive after later ones. Nothing between live processes is lost. A message
-    to a broker is bound to the broker process running when it is sent: it is lost if that
+    to a broker or the controller is bound to the process running when it is sent: it is lost if that
     process is down by then or dies before it arrives, and waits while it is stalled
     (``Simulation.deliver``); an answer is also lost if the process that answers dies before
     it arrives (``Simulation.deliver_answer``)."""
@@ -56,17 +57,17 @@ class Network:
         return self.sim.uniform(*cfg.latency_ms)
 
     def _process(self, dst: int) -> int | None:
-        if dst == CONTROLLER:
+        if dst == CLIENT:
             return None
-        broker = self.sim.brokers[dst]
-        return broker.process if broker.up else None
+        node = self.sim.node(dst)
+        return node.process if node.up else None
 
     def send(self, dst: int, kind: str, *payload) -> None:
         """A request (or a push): it arrives even if its sender dies meanwhile."""
         process = self._process(dst)
         self.sim.scheduler.after(self.latency(), self.sim.deliver, dst, process, kind, payload)
 
-    def answer(self, src: "Broker", dst: int, kind: str, *payload) -> None:
+    def answer(self, src: "Broker | Controller", dst: int, kind: str, *payload) -> None:
         """The answer to a call ``src`` served: lost if ``src``'s process dies before it
         arrives (Ray then fails the call)."""
         process = self._process(dst)

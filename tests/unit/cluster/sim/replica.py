@@ -5,7 +5,7 @@ following (the fetch loop, truncation on divergence)."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from rafka.cluster.metadata import NO_LEADER
 from rafka.cluster.replication import (
@@ -14,21 +14,42 @@ from rafka.cluster.replication import (
     diverging_epoch,
     truncation_offset,
 )
+from rafka.errors import RafkaError
 from tests.unit.cluster.sim.config import (
     CHECKIN_KEEPS_NEWEST,
+    CLIENT,
     CONTROLLER,
     InvariantViolation,
     State,
 )
+from tests.unit.cluster.sim.log import (
+    PRODUCER_ID,
+    BatchHeader,
+    Entry,
+    header_of,
+    producer_state_of,
+)
 
 if TYPE_CHECKING:
-    from tests.unit.cluster.sim.broker import Broker, Disk
+    from tests.unit.cluster.sim.broker import Broker
+    from tests.unit.cluster.sim.log import Disk
+
+
+class PendingAck(NamedTuple):
+    """A produce (acks=all) waiting for the high watermark to pass its last record."""
+
+    last_offset: int
+    base_offset: int
+    rids: tuple[int, ...]
+    req: int
 
 
 class Replica:
     """One replica's memory (lost in a crash) over its ``Disk``, following
-    ``PartitionReplica``: each start is a new ``incarnation``; after a restart it checks in
-    and ignores pushed states until the answer; it leads with a ``LeaderState`` while the
+    ``PartitionReplica``: its ``incarnation`` is the replica epoch the controller handed it
+    (at its check-in after a restart; the epoch reserved at creation for a created replica);
+    after a restart it checks in and ignores pushed states until the answer; it rebuilds its
+    producer state from its log at each start and truncation; it leads with a ``LeaderState`` while the
     state it holds names it, else it follows the named leader, pulling the state after a
     second without progress. Invariants 2 and 3 are checked where epochs and high
     watermarks change."""
@@ -40,7 +61,9 @@ class Replica:
         self.b = broker.id
         self.p = p
         self.disk = disk
-        self.incarnation = self.sim.next_incarnation()  # time.time_ns() at the start
+        # A restarted replica learns its replica epoch from the check-in answer.
+        self.incarnation = self.sim.metadata.created_epoch if state is not None else -1
+        self.producers = producer_state_of(disk.log)
         self.checked_in = state is not None
         self.state: State | None = None
         self.leader: LeaderState | None = None
@@ -55,7 +78,7 @@ class Replica:
         self.pushed_early: State | None = None  # CHECKIN_KEEPS_NEWEST
         self.isr_req: int | None = None
         self.isr_sent = now
-        self.pending_acks: deque[tuple[int, int]] = deque()
+        self.pending_acks: deque[PendingAck] = deque()
         if state is not None:
             self.adopt(state)
         else:
@@ -76,13 +99,16 @@ class Replica:
     def _check_in(self) -> None:
         self.checkin_req = self.sim.next_id()
         self.checkin_sent = self.sim.scheduler.now
-        self._send(CONTROLLER, "replica_started", self.b, False, self.incarnation,
+        # Every restart here follows a crash: unclean, with the log's position.
+        position = (self.disk.cache.latest_epoch, len(self.disk.log))
+        self._send(CONTROLLER, "replica_started", self.b, False, position, self.broker.process,
                    self.checkin_req)  # fmt: skip
 
-    def on_checkin_answer(self, req: int, state: State) -> None:
+    def on_checkin_answer(self, req: int, replica_epoch: int, state: State) -> None:
         if self.checked_in or req != self.checkin_req:
             return
         self.checked_in = True
+        self.incarnation = replica_epoch
         self.sim.dirty.add(self.p)
         early = self.pushed_early
         if early is not None and early.version > state.version:
@@ -135,7 +161,8 @@ class Replica:
         self.disk.cache.assign(s.leader_epoch, log_end)
         self.leader = LeaderState(self.b, list(s.replicas), list(s.isr), s.leader_epoch,
                                   log_end, self.hw, self.sim.scheduler.now,
-                                  self.cfg.lag_time_max_ms, s.partition_epoch)  # fmt: skip
+                                  self.cfg.lag_time_max_ms, s.partition_epoch,
+                                  self.cfg.min_insync_replicas)  # fmt: skip
         self.sim.checker.on_leadership(self, s.leader_epoch)
         self.sim.note(f"broker {self.b} leads p{self.p} in epoch {s.leader_epoch} (log end "
                       f"{log_end}, high watermark {self.hw}, ISR {list(s.isr)})")  # fmt: skip
@@ -144,7 +171,9 @@ class Replica:
     def _step_down(self) -> None:
         self.leader = None
         self.isr_req = None
-        self.pending_acks.clear()  # their producers get NotLeaderOrFollower: outcome unknown
+        for ack in self.pending_acks:  # outcome unknown: the producer resends
+            self._answer(CLIENT, "produce_answer", ack.req, "NotLeaderOrFollower", -1)
+        self.pending_acks.clear()
 
     def _stop_following(self) -> None:
         self.following = False
@@ -161,13 +190,19 @@ class Replica:
             return
         self._set_hw(hw)
         self.sim.checker.on_leader_high_watermark(self)
-        enough = self.leader.enough_in_sync(self.cfg.min_insync_replicas)
-        while self.pending_acks and self.pending_acks[0][0] < hw:
-            offset, rid = self.pending_acks.popleft()
-            if enough:
-                self.sim.checker.on_ack(self.p, offset, rid)
-            else:  # written, but the ISR shrank below min.insync.replicas
-                self.sim.stats["failed_after_append"] += 1
+        while self.pending_acks and self.pending_acks[0].last_offset < hw:
+            self._acknowledge(self.pending_acks.popleft())
+
+    def _acknowledge(self, ack: PendingAck) -> None:
+        """acks=all: the high watermark passed the batch."""
+        if not self.leader.enough_in_sync(self.cfg.min_insync_replicas):
+            # Written, but the ISR shrank below min.insync.replicas.
+            self.sim.stats["failed_after_append"] += 1
+            self._answer(CLIENT, "produce_answer", ack.req, "NotEnoughReplicasAfterAppend", -1)
+            return
+        for i, rid in enumerate(ack.rids):
+            self.sim.checker.on_ack(self.p, ack.base_offset + i, rid)
+        self._answer(CLIENT, "produce_answer", ack.req, None, ack.base_offset)
 
     # -- timers ----------------------------------------------------------------------------------
 
@@ -199,18 +234,49 @@ class Replica:
 
     # -- leading ---------------------------------------------------------------------------------
 
-    def on_append(self, rid: int) -> None:
+    def on_produce(self, producer_epoch: int, base_sequence: int, rids: tuple[int, ...],
+                   too_large: bool, req: int) -> None:  # fmt: skip
+        """``produce`` (acks=all) of one idempotent batch: refused for good when too large,
+        refused while the ISR is below min ISR, checked with the producer state (a resent
+        batch is answered with its original offsets, an out-of-order one refused), else
+        written and answered once the high watermark passes it."""
         leader = self.leader
-        if leader is None or not leader.enough_in_sync(self.cfg.min_insync_replicas):
-            self.sim.checker.refused.add(rid)
+        error = None
+        if leader is None:
+            error = "NotLeaderOrFollower"
+        elif too_large:
+            error = "RecordTooLarge"
+            self.sim.checker.refused.update(rids)
+            self.sim.stats["too_large"] += 1
+        elif not leader.enough_in_sync(self.cfg.min_insync_replicas):
+            error = "NotEnoughReplicas"
             self.sim.stats["refused"] += 1
+        if error is not None:
+            self._answer(CLIENT, "produce_answer", req, error, -1)
             return
         log = self.disk.log
-        offset = len(log)
-        log.append((leader.leader_epoch, rid))
-        self.disk.cache.assign(leader.leader_epoch, offset)
+        header = BatchHeader(PRODUCER_ID, producer_epoch, base_sequence, len(log), len(rids))
+        try:
+            duplicate = self.producers.check(header)
+        except RafkaError as e:
+            self.sim.stats[type(e).__name__] += 1
+            self._answer(CLIENT, "produce_answer", req, type(e).__name__, -1)
+            return
+        if duplicate is not None:
+            self.sim.stats["duplicates"] += 1
+            ack = PendingAck(duplicate.last_offset, duplicate.first_offset, rids, req)
+            if ack.last_offset < self.hw:
+                self._acknowledge(ack)
+            else:  # acknowledged in offset order with the writes after it
+                self.pending_acks.append(ack)
+                self.pending_acks = deque(sorted(self.pending_acks))
+            return
+        for i, rid in enumerate(rids):
+            self.disk.append(Entry(leader.leader_epoch, rid, producer_epoch, base_sequence,
+                                   len(rids), i))  # fmt: skip
+        self.producers.update(header)
         self.sim.dirty.add(self.p)
-        self.pending_acks.append((offset, rid))
+        self.pending_acks.append(PendingAck(header.last_offset, header.base_offset, rids, req))
         self._set_leader_hw(leader.on_local_append(len(log)))
 
     def on_fetch(self, follower: int, incarnation: int, leader_epoch: int, fetch_offset: int,
@@ -238,7 +304,10 @@ class Replica:
         now = self.sim.scheduler.now
         self._set_leader_hw(leader.on_follower_fetch(follower, fetch_offset, now, incarnation))
         self.maybe_propose_isr()
-        records = tuple(log[fetch_offset : fetch_offset + self.cfg.max_fetch_records])
+        end = min(fetch_offset + self.cfg.max_fetch_records, len(log))
+        while end < len(log) and log[end].index:  # whole batches only
+            end += 1
+        records = tuple(log[fetch_offset:end])
         self._answer(follower, "fetch_answer", req, None, self.hw, None, (fetch_offset, records))
 
     def maybe_propose_isr(self) -> None:
@@ -296,13 +365,15 @@ class Replica:
                 if self.hw > target:
                     self._set_hw(target)  # the log clamps it; invariant 3 objects
             disk.truncate(target)
+            self.producers = producer_state_of(log)  # as Log.truncate_to reloads it
             self.fetch()
             return
         first, records = data
         if records and first == len(log):  # (always: one fetch at a time)
-            for epoch, rid in records:
-                disk.cache.assign(epoch, len(log))
-                log.append((epoch, rid))
+            for entry in records:
+                disk.append(entry)
+                if entry.index == entry.count - 1:
+                    self.producers.update(header_of(log, len(log) - 1))
         hw = min(leader_hw, len(log))
         if hw > self.hw:  # forward only, as PartitionReplica._set_high_watermark
             self._set_hw(hw)

@@ -4,6 +4,8 @@ faults, healing, the failure report; ``replay`` and the command line."""
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import random
 from collections import Counter, deque
 from typing import Callable
@@ -13,15 +15,18 @@ from tests.unit.cluster.sim.broker import Broker
 from tests.unit.cluster.sim.checker import Checker
 from tests.unit.cluster.sim.config import (
     BROKEN_RULES,
+    CLIENT,
     CONTROLLER,
+    FLUSH_RULES,
     LOSSY_RULES,
     PROPOSALS,
     InvariantViolation,
     SimConfig,
     State,
 )
-from tests.unit.cluster.sim.controller import Controller
+from tests.unit.cluster.sim.controller import Controller, ControllerMetadata
 from tests.unit.cluster.sim.network import Network, Scheduler
+from tests.unit.cluster.sim.producer import Producers
 from tests.unit.cluster.sim.replica import Replica
 
 
@@ -39,6 +44,8 @@ class Simulation:
             raise ValueError(f"lossy_rule must be one of {LOSSY_RULES}")
         if self.cfg.broken not in (None, *BROKEN_RULES):
             raise ValueError(f"broken must be None or one of {BROKEN_RULES}")
+        if self.cfg.flush not in FLUSH_RULES:
+            raise ValueError(f"flush must be one of {FLUSH_RULES}")
         if not self.cfg.proposed <= PROPOSALS:
             raise ValueError(f"proposed rules must be some of {sorted(PROPOSALS)}")
         self.rng = random.Random(seed)
@@ -53,7 +60,6 @@ class Simulation:
         self.faulty = True
         self.recovering: set[int] = set()  # brokers that lost a tail, until back in every ISR
         self._ids = 0
-        self._incarnations = 0
         n_brokers = self.rng.choice((3, 4))
         n_partitions = self.rng.choice((1, 2, 3))
         rf = self.cfg.replication_factor
@@ -62,8 +68,10 @@ class Simulation:
             b: Broker(self, b, [p for p, rs in self.partitions.items() if b in rs])
             for b in range(n_brokers)
         }
+        self.metadata = ControllerMetadata(self.partitions)  # survives controller restarts
         self.checker = Checker(self)
-        self.controller = Controller(self)
+        self.controller = Controller(self, self.metadata)
+        self.producers = Producers(self)
 
     def next_id(self) -> int:
         self._ids += 1
@@ -72,10 +80,6 @@ class Simulation:
     def uniform(self, low: int, high: int) -> int:
         """``rng.randint``, faster."""
         return low + int(self.rng.random() * (high - low + 1))
-
-    def next_incarnation(self) -> int:
-        self._incarnations += 1
-        return self._incarnations
 
     def describe(self) -> str:
         return f"seed {self.seed}: {len(self.brokers)} brokers, replicas {self.partitions}"
@@ -90,6 +94,7 @@ class Simulation:
         for broker in self.brokers.values():
             sched.after(self.rng.randrange(self.cfg.heartbeat_ms), broker.start, True)
         self.controller.start()
+        sched.after(self.cfg.heartbeat_ms, self.producers.tick)
         sched.after(self._gap(self.cfg.append_every_ms), self.client_append)
         sched.after(self._gap(self.cfg.fault_every_ms), self.inject_fault)
         try:
@@ -113,9 +118,15 @@ class Simulation:
                 self.checker.check_partition(p)
             self.dirty.clear()
 
+    def node(self, address: int) -> Broker | Controller:
+        return self.controller if address == CONTROLLER else self.brokers[address]
+
     def deliver_answer(self, src: int, src_process: int, dst: int, process: int | None,
                        kind: str, payload: tuple) -> None:  # fmt: skip
-        sender = self.brokers[src]
+        sender = self.node(src)
+        if kind == "produce_answer" and self.faulty and self.rng.random() < self.cfg.answer_loss:
+            self.faults["lost_produce_answer"] += 1  # the producer times out and resends
+            return
         if not sender.up or sender.process != src_process:
             self.faults["lost_from_dead"] += 1
             if kind != "fetch_answer":
@@ -125,7 +136,13 @@ class Simulation:
         self.deliver(dst, process, kind, payload)
 
     def deliver(self, dst: int, process: int | None, kind: str, payload: tuple) -> None:
+        if dst == CLIENT:
+            getattr(self.producers, "on_" + kind)(*payload)
+            return
         if dst == CONTROLLER:
+            if not self.controller.up or self.controller.process != process:
+                self.faults["lost_to_dead"] += 1
+                return
             getattr(self.controller, "on_" + kind)(*payload)
             return
         broker = self.brokers[dst]
@@ -157,14 +174,14 @@ class Simulation:
     # -- clients and faults ----------------------------------------------------------------------
 
     def client_append(self) -> None:
-        """A producer (acks=all) sends one record to the leader its metadata names."""
+        """The idempotent producer (acks=all) gets a batch of a few records for one
+        partition."""
         if not self.faulty:
             return
         p = self.rng.randrange(len(self.partitions))
-        leader = self.controller.states[p].leader
-        if leader != NO_LEADER:
-            self.stats["appends"] += 1
-            self.network.send(leader, "append", p, self.next_id())
+        count = 1 + self.rng.randrange(self.cfg.batch_records)
+        self.stats["appends"] += 1
+        self.producers.send(p, tuple(self.next_id() for _ in range(count)))
         self.scheduler.after(self._gap(self.cfg.append_every_ms), self.client_append)
 
     def inject_fault(self) -> None:
@@ -173,6 +190,8 @@ class Simulation:
         cfg = self.cfg
         self.scheduler.after(self._gap(cfg.fault_every_ms), self.inject_fault)
         self.recovering = {b for b in self.recovering if not self._back_in_sync(b)}
+        if cfg.correlated and self._correlated_fault():
+            return
         if self.recovering and cfg.lossy_rule == "one_holder_at_a_time":
             return
         fine = [b for b in sorted(self.brokers) if self._fine(b)]
@@ -185,13 +204,48 @@ class Simulation:
             broker.stalled_until = self.scheduler.now + self.rng.randint(*cfg.stall_ms)
             self.note(f"broker {b} stalls until {broker.stalled_until} ms")
             return
-        lossy = self.rng.random() < cfg.lossy_share and self._may_lose_tail(b)
+        lossy = self.rng.random() < cfg.lossy_share and (
+            cfg.lossy_rule == "any" or self._may_lose_tail(b)
+        )
         self.faults["lossy_crash" if lossy else "crash"] += 1
         self.note(f"broker {b} crashes{' losing its unflushed tail' if lossy else ''}")
         if lossy:
             self.recovering.add(b)
         broker.crash(lossy)
         self.scheduler.after(self.rng.randint(*cfg.downtime_ms), self.restart, b)
+
+    def _correlated_fault(self) -> bool:
+        """A controller restart or a power loss of several brokers at once (each loses its
+        unflushed tails), or neither; True if one was injected."""
+        cfg = self.cfg
+        roll = self.rng.random()
+        if roll < cfg.controller_restart_share:
+            if not self.controller.up:
+                return False
+            self.faults["controller_restart"] += 1
+            self.note("the controller crashes")
+            self.controller.crash()
+            self.scheduler.after(self.rng.randint(*cfg.controller_downtime_ms),
+                                 self.restart_controller)  # fmt: skip
+            return True
+        if roll >= cfg.controller_restart_share + cfg.power_loss_share:
+            return False
+        fine = [b for b in sorted(self.brokers) if self._fine(b)]
+        if len(fine) < 2:
+            return False
+        hit = self.rng.sample(fine, self.rng.randint(2, len(fine)))
+        self.faults["power_loss"] += 1
+        self.note(f"power loss of brokers {sorted(hit)}")
+        for b in sorted(hit):
+            self.recovering.add(b)
+            self.brokers[b].crash(True)
+            self.scheduler.after(self.rng.randint(*cfg.downtime_ms), self.restart, b)
+        return True
+
+    def restart_controller(self) -> None:
+        if not self.controller.up:
+            self.note("the controller restarts")
+            self.controller.start()
 
     def _fine(self, b: int) -> bool:
         broker = self.brokers[b]
@@ -237,6 +291,7 @@ class Simulation:
         holds its leader's whole log, committed; then check the acknowledged records."""
         self.faulty = False
         self.network.faulty = False
+        self.restart_controller()
         for b in sorted(self.brokers):
             self.restart(b)
         deadline = self.scheduler.now + self.cfg.heal_limit_ms
@@ -269,18 +324,16 @@ class Simulation:
 
     # -- reporting -------------------------------------------------------------------------------
 
+    def replay_command(self) -> str:
+        """The command line that runs this seed again with this configuration."""
+        return f"python -m tests.unit.cluster.simulation --seed {self.seed}{cli_options(self.cfg)}"
+
     def _report(self, v: InvariantViolation) -> str:
         cfg = self.cfg
-        options = "".join(
-            f" --{name.replace('_', '-')} {getattr(cfg, name)}"
-            for name in ("lossy_rule", "broken")
-            if getattr(cfg, name) != getattr(SimConfig, name)
-        )
-        options += f" --proposed {','.join(sorted(cfg.proposed))}" if cfg.proposed else ""
         lines = [
             f"{self.describe()}; event {self.event} at {self.scheduler.now} ms: {v}",
-            f"replay: python -m tests.unit.cluster.simulation --seed {self.seed} "
-            f"--events {cfg.events}{options} --verbose",
+            f"replay: {self.replay_command()} --verbose",
+            f"    or: simulation.replay({self.seed}, {replay_arguments(cfg)})",
             "controller: " + ", ".join(f"p{p}={tuple(State.of(s))}"
                                        for p, s in self.controller.states.items()),
             f"last {len(self.tail)} events:",
@@ -299,6 +352,39 @@ def _describe(event: int, now: int, action: Callable | None, args) -> str:
     owner = getattr(action, "__self__", None)
     who = f" broker {owner.id}" if isinstance(owner, Broker) else ""
     return f"#{event} {now}ms {action.__name__}{who}{args if args else ''}"
+
+
+#: Knobs with their own command-line option; any other goes through ``--set name=value``.
+NAMED_OPTIONS = ("events", "lossy_rule", "broken", "flush", "correlated", "min_insync_replicas")
+
+
+def _changed(cfg: SimConfig) -> dict:
+    return {
+        f.name: getattr(cfg, f.name)
+        for f in dataclasses.fields(SimConfig)
+        if getattr(cfg, f.name) != f.default or f.name == "events"
+    }
+
+
+def cli_options(cfg: SimConfig) -> str:
+    """The command-line options that give ``cfg``."""
+    out = []
+    for name, value in _changed(cfg).items():
+        flag = "--" + name.replace("_", "-")
+        if name == "proposed":
+            out.append(f"--proposed {','.join(sorted(value)) or 'none'}")
+        elif name == "correlated":
+            out.append(flag if value else f"--set correlated=False")
+        elif name in NAMED_OPTIONS:
+            out.append(f"{flag} {value}")
+        else:
+            out.append(f"--set {name}={value!r}".replace(" ", ""))
+    return "".join(" " + o for o in out)
+
+
+def replay_arguments(cfg: SimConfig) -> str:
+    """The keyword arguments of ``replay`` that give ``cfg``."""
+    return ", ".join(f"{name}={value!r}" for name, value in _changed(cfg).items())
 
 
 def replay(seed: int, events: int = 300, verbose: bool = False, **config) -> Simulation:
@@ -320,18 +406,33 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=SimConfig.events)
     parser.add_argument("--lossy-rule", default=SimConfig.lossy_rule, choices=LOSSY_RULES)
     parser.add_argument("--broken", choices=BROKEN_RULES)
-    parser.add_argument("--proposed", default="", help="rules rafka lacks, to apply: 'all' or "
+    parser.add_argument("--flush", default=SimConfig.flush, choices=FLUSH_RULES)
+    parser.add_argument("--correlated", action="store_true", help="power losses of several "
+                        "brokers at once and controller restarts")  # fmt: skip
+    parser.add_argument("--min-insync-replicas", type=int, default=SimConfig.min_insync_replicas)
+    parser.add_argument("--proposed", default="all", help="rules to apply: 'all', 'none' or "
                         f"some of {', '.join(sorted(PROPOSALS))}, comma-separated")  # fmt: skip
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="any other SimConfig field, as a Python literal")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="print the whole trace")
     args = parser.parse_args()
-    proposed = PROPOSALS if args.proposed == "all" else frozenset(
+    proposed = {"all": PROPOSALS, "none": frozenset()}.get(args.proposed) or frozenset(
         filter(None, args.proposed.split(","))
     )  # fmt: skip
     if not proposed <= PROPOSALS:
         parser.error(f"unknown proposed rules {sorted(proposed - PROPOSALS)}")
+    config = dict(lossy_rule=args.lossy_rule, broken=args.broken, flush=args.flush,
+                  correlated=args.correlated, min_insync_replicas=args.min_insync_replicas,
+                  proposed=proposed)  # fmt: skip
+    fields = {f.name for f in dataclasses.fields(SimConfig)}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in fields:
+            parser.error(f"--set: SimConfig has no field {name!r}")
+        config[name] = ast.literal_eval(value)
+    if isinstance(config.get("proposed"), (set, list, tuple)):
+        config["proposed"] = frozenset(config["proposed"])
     try:
-        replay(args.seed, args.events, args.verbose, lossy_rule=args.lossy_rule,
-               broken=args.broken, proposed=proposed)  # fmt: skip
+        replay(args.seed, args.events, args.verbose, **config)
     except AssertionError as failure:
         raise SystemExit(str(failure)) from None
-
