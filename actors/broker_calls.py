@@ -128,9 +128,16 @@ class BrokerCalls:
         return by_broker
 
     async def ensure(self, by_broker: dict[int, list[dict]]) -> None:
-        """Have each broker's agent start the replica actors named, where they do not run."""
+        """Have each broker's agent start the replica actors named, where they do not run.
+        A replica created here with an empty log starts in a replica epoch reserved now
+        (above any of its earlier lives'); one that finds its files checks in for its own."""
+        if not by_broker:
+            return
+        epoch = self.core.reserve_replica_epoch()
+        stamped = {b: [{**s, "replica_epoch": epoch} for s in states]
+                   for b, states in by_broker.items()}  # fmt: skip
         await asyncio.gather(
-            *(self.call_agent(b, "ensure_replicas", s) for b, s in by_broker.items())
+            *(self.call_agent(b, "ensure_replicas", s) for b, s in stamped.items())
         )
 
     def push_state(self, topic: TopicState, p: PartitionState) -> None:

@@ -21,7 +21,12 @@ import asyncio
 import ray
 
 from rafka.actors.broker_calls import BrokerCalls
-from rafka.actors.controller_core import ControllerCore, now_ms, unclean_election_enabled
+from rafka.actors.controller_core import (
+    ControllerCore,
+    min_insync_replicas,
+    now_ms,
+    unclean_election_enabled,
+)
 from rafka.actors.partition_changes import PartitionChanges
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
@@ -72,7 +77,8 @@ class BrokerWatch:
         core, calls = self.core, self.calls
         await self.changes.change(
             lambda topic, p: elections.elect_if_leaderless(
-                p, core.liveness.live(), unclean_election_enabled(topic)
+                p, core.liveness.live(), unclean_election_enabled(topic),
+                min_insync_replicas(topic),
             ) if broker_id in p.replicas else None
         )  # fmt: skip
         hosted = core.image.replicas_on(broker_id)
@@ -88,7 +94,7 @@ class BrokerWatch:
         states = [calls.replica_state(topic, p, broker_id) for topic, p in hosted]
         if states:
             try:
-                await calls.call_agent(broker_id, "ensure_replicas", states)
+                await calls.ensure({broker_id: states})
             except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
                 core.logger.warning("could not restore the replicas of broker %d: %r",
                                     broker_id, e)  # fmt: skip
@@ -129,6 +135,7 @@ class BrokerWatch:
         core.logger.warning("broker %d missed its heartbeats; fencing it", broker_id)
         return await self.changes.change(
             lambda topic, p: elections.fence_broker(
-                p, broker_id, core.liveness.live(), unclean_election_enabled(topic)
+                p, broker_id, core.liveness.live(), unclean_election_enabled(topic),
+                min_insync_replicas(topic),
             )
         )  # fmt: skip

@@ -106,14 +106,24 @@ class Controller:
 
     async def replica_started(
         self, topic_id: str, partition: int, broker_id: int, clean: bool,
-        incarnation: int | None = None,
-    ) -> tuple[dict | None, bool]:  # fmt: skip
-        """A replica actor (re)started with its log: decide what it is now. Answers (its
-        state, True), or (None, False) when it no longer belongs to the partition."""
+        position: tuple[int, int] | None = None,
+    ) -> tuple[dict | None, bool, int]:  # fmt: skip
+        """A replica actor (re)started with its log, closed cleanly or not, at ``position``
+        (the last leader epoch it wrote, its log end offset): decide what it is now. Answers
+        (its state, True, its new replica epoch), or (None, False, -1) when it no longer
+        belongs to the partition."""
         self.brokers.alive(broker_id)
         return await self.changes.replica_started(
-            topic_id, partition, broker_id, clean, incarnation
+            topic_id, partition, broker_id, clean, position
         )
+
+    async def replica_failed(
+        self, topic_id: str, partition: int, broker_id: int, replica_epoch: int, reason: str
+    ) -> None:
+        """A follower replica cannot write its log (a full or failing disk): it leaves the
+        ISR, as Kafka takes an offline log directory's replicas out, and rejoins by catching
+        up once its appends work again."""
+        await self.changes.replica_failed(topic_id, partition, broker_id, replica_epoch, reason)
 
     async def partition_state(self, topic_id: str, partition: int, broker_id: int):
         """The current state of a partition, as its replica on ``broker_id`` sees it."""
@@ -123,7 +133,7 @@ class Controller:
         self, topic_id: str, partition: int, leader: int, leader_epoch: int,
         partition_epoch: int, new_isr: list[int], incarnations: dict | None = None,
     ) -> tuple[int, str, dict | None]:  # fmt: skip
-        """A leader's ISR proposal (with the incarnation it saw each member fetch in).
+        """A leader's ISR proposal (with the replica epoch it saw each member fetch in).
         Answers (0, "", new state) or (errno, message, current state) when it was refused."""
         return await self.changes.alter_isr(
             topic_id, partition, leader, leader_epoch, partition_epoch, new_isr, incarnations

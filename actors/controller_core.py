@@ -18,6 +18,7 @@ import logging
 import time
 from typing import Any
 
+from rafka.cluster import controller as decide
 from rafka.cluster.liveness import BrokerLiveness
 from rafka.cluster.metadata import TopicState
 from rafka.cluster.metadata_log import MetadataLog
@@ -48,6 +49,13 @@ class ControllerCore:
     def image(self):
         return self.store.image
 
+    def reserve_replica_epoch(self) -> int:
+        """A replica epoch for replicas about to be created, recorded first. Synchronous (one
+        append, no await), so it never lands inside another change's decide-and-append."""
+        epoch, records = decide.reserve_replica_epoch(self.image)
+        self.store.append(records)
+        return epoch
+
     def spawn(self, coroutine) -> asyncio.Task:
         """Run ``coroutine`` in the background, keeping a reference until it ends."""
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -59,6 +67,11 @@ class ControllerCore:
 def unclean_election_enabled(topic: TopicState) -> bool:
     """``unclean.leader.election.enable`` of ``topic`` (its override or the default)."""
     return bool(LogConfig.from_dict(topic.config).unclean_leader_election_enable)
+
+
+def min_insync_replicas(topic: TopicState) -> int:
+    """``min.insync.replicas`` of ``topic`` (its override or the default)."""
+    return int(LogConfig.from_dict(topic.config).min_insync_replicas)
 
 
 def now_ms() -> int:

@@ -8,10 +8,10 @@ removes are created or deleted). The requests that lead to changes live here too
 replica's check-in after a restart, a leader's ISR proposal, elections and reassignments on
 demand, and the periodic preferred-leader balance.
 
-Part of the Controller actor, on its event loop. Durable state is the metadata log; the
-replicas' incarnations (which life of a replica checked in last) are in memory and filled
-again by the next check-ins after a controller restart. Pushes are not retried: a replica
-that missed one pulls its state (``partition_state``).
+Part of the Controller actor, on its event loop. Durable state is the metadata log, replica
+epochs included (which life of a replica checked in last), so a controller restart forgets
+none. Pushes are not retried: a replica that missed one pulls its state
+(``partition_state``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ from typing import Any, Callable
 
 from rafka.actors import metrics
 from rafka.actors.broker_calls import BrokerCalls
-from rafka.actors.controller_core import ControllerCore, unclean_election_enabled
+from rafka.actors.controller_core import (
+    ControllerCore,
+    min_insync_replicas,
+    unclean_election_enabled,
+)
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
 from rafka.cluster.metadata import NO_LEADER, PartitionState, TopicState
@@ -49,10 +53,6 @@ class PartitionChanges:
     def __init__(self, core: ControllerCore, calls: BrokerCalls):
         self.core = core
         self.calls = calls
-        # (topic id, partition, broker) -> newest incarnation of that replica that checked
-        # in after a restart. In memory: after a controller restart, the next check-ins
-        # fill it again.
-        self._incarnations: dict[tuple[str, int, int], int] = {}
         self._health_reported: set[str] = set()  # topics with health gauges set
 
     async def change(self, decide_one: DecideOne, only=None, preferred: bool = False) -> int:
@@ -131,26 +131,52 @@ class PartitionChanges:
 
     async def replica_started(
         self, topic_id: str, partition: int, broker_id: int, clean: bool,
-        incarnation: int | None,
-    ) -> tuple[dict | None, bool]:  # fmt: skip
+        position: tuple[int, int] | None,
+    ) -> tuple[dict | None, bool, int]:  # fmt: skip
         """See ``Controller.replica_started`` (which also counts it as a heartbeat)."""
-        if incarnation is not None:
-            key = (topic_id, partition, broker_id)
-            self._incarnations[key] = max(self._incarnations.get(key, incarnation), incarnation)
-        topic, p = self.find_partition(topic_id, partition)
-        if p is None or broker_id not in p.replicas:
-            return None, False
-        liveness = self.core.liveness
+        core = self.core
+        async with core.lock:
+            topic, p = self.find_partition(topic_id, partition)
+            if p is None or broker_id not in p.replicas:
+                return None, False, -1
+            # Recorded before the replica hears it: its fetches carry it from now on.
+            replica_epoch, records = decide.start_replica(core.image, topic_id, partition,
+                                                          broker_id)  # fmt: skip
+            core.store.append(records)
+        liveness = core.liveness
         await self.change(
             lambda t, q: elections.replica_restarted(
-                q, broker_id, liveness.live() | {broker_id}, unclean_election_enabled(t), clean
+                q, broker_id, liveness.live() | {broker_id}, unclean_election_enabled(t), clean,
+                position, min_insync_replicas(t),
             ),
             only=[(topic, p)],
         )  # fmt: skip
         topic, p = self.find_partition(topic_id, partition)
         if p is None:
-            return None, False
-        return self.calls.replica_state(topic, p, broker_id), True
+            return None, False, -1
+        return self.calls.replica_state(topic, p, broker_id), True, replica_epoch
+
+    async def replica_failed(
+        self, topic_id: str, partition: int, broker_id: int, replica_epoch: int, reason: str
+    ) -> None:
+        """See ``Controller.replica_failed``."""
+        topic, p = self.find_partition(topic_id, partition)
+        if p is None or broker_id not in p.replicas:
+            return
+        if decide.replica_epochs_of(self.core.image, topic_id, partition).get(
+            broker_id, -1
+        ) > replica_epoch:
+            return  # a report from an earlier life of the replica
+        self.core.logger.warning("%s-%d: the replica on broker %d failed (%s); it leaves the ISR",
+                                 topic.name, partition, broker_id, reason)  # fmt: skip
+        live = self.core.liveness
+        await self.change(
+            lambda t, q: elections.fence_broker(
+                q, broker_id, [b for b in live.live() if b != broker_id],
+                unclean_election_enabled(t), min_insync_replicas(t),
+            ),
+            only=[(topic, p)],
+        )  # fmt: skip
 
     def partition_state(self, topic_id: str, partition: int, broker_id: int) -> dict | None:
         """The current state of a partition, as its replica on ``broker_id`` sees it."""
@@ -164,10 +190,7 @@ class PartitionChanges:
         partition_epoch: int, new_isr: list[int], incarnations: dict | None,
     ) -> tuple[int, str, dict | None]:  # fmt: skip
         """See ``Controller.alter_isr``."""
-        current = {
-            b: self._incarnations[(topic_id, partition, b)]
-            for b in new_isr if (topic_id, partition, b) in self._incarnations
-        }  # fmt: skip
+        current = decide.replica_epochs_of(self.core.image, topic_id, partition)
         topic, p = self.find_partition(topic_id, partition)
         if p is None:
             return UnknownTopicOrPartition.errno, "the partition no longer exists", None
@@ -177,7 +200,7 @@ class PartitionChanges:
             try:
                 new = elections.alter_isr(
                     q, leader, leader_epoch, partition_epoch, new_isr, self.core.liveness.live(),
-                    incarnations, current,
+                    incarnations, current, min_insync_replicas(t),
                 )
             except RafkaError as e:
                 refusal.append(e)
@@ -226,7 +249,7 @@ class PartitionChanges:
                         )
                     )  # fmt: skip
             else:
-                new = elections.elect_if_leaderless(p, live, unclean=True)
+                new = elections.elect_if_leaderless(p, live, True, min_insync_replicas(t))
                 if new is None:
                     outcome[t.topic_id, p.partition] = (
                         ElectionNotNeeded(f"{t.name}-{p.partition} has a live leader "
@@ -263,7 +286,8 @@ class PartitionChanges:
                 return None
             # A pure removal has nothing to copy and completes at once.
             done = elections.complete_reassignment(
-                new, self.core.liveness.live(), unclean_election_enabled(t)
+                new, self.core.liveness.live(), unclean_election_enabled(t),
+                min_insync_replicas(t),
             )
             if done is None:
                 return new

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import time
 from typing import Any
 
 import ray
@@ -51,6 +50,7 @@ from rafka.actors.replica_produce import ProduceHandler
 from rafka.actors.replica_state import (
     actor_was_reconstructed,
     read_state,
+    set_aside_stray_directory,
     state_version,
     with_defaults,
     write_state,
@@ -88,7 +88,13 @@ class PartitionReplica:
         self.directory = partition_dir(data_dir, state["topic"], state["partition"])
         os.makedirs(self.directory, exist_ok=True)
         saved = read_state(self.directory)
-        known = saved is not None and saved["topic_id"] == state["topic_id"]
+        if saved is not None and saved["topic_id"] != state["topic_id"]:
+            # An earlier topic of the same name, deleted while this broker was away: its
+            # segments, epochs and producer state must not become the new topic's (KIP-516).
+            set_aside_stray_directory(self.directory, saved["topic_id"], self.logger)
+            os.makedirs(self.directory, exist_ok=True)
+            saved = None
+        known = saved is not None
         # Ray re-runs this constructor with the creation arguments after a crash; with or
         # without files (a wiped disk), such a replica must ask what it is now.
         restarted = known or (namespace is not None and actor_was_reconstructed())
@@ -100,9 +106,10 @@ class PartitionReplica:
         self.partition = state["partition"]
         self.broker_id = state["broker_id"]
         self.namespace = namespace
-        # Grows with every start of this replica (wall-clock ns): its fetches carry it, so a
-        # leader never counts progress made before a restart that may have lost data.
-        self.incarnation = time.time_ns()
+        # This life's replica epoch, handed out by the controller (at creation, or at the
+        # check-in of a restarted replica) from a counter that only grows: fetches carry it,
+        # so a leader never counts progress made before a restart that may have lost data.
+        self.replica_epoch = int(state.get("replica_epoch", 0))
         self.log = Log(self.directory, LogConfig.from_dict(state["config"]))
         self.leader: LeaderState | None = None
         # A restarted replica neither leads nor follows until the controller has answered
@@ -203,18 +210,20 @@ class PartitionReplica:
     # -- the controller's view -----------------------------------------------------------------
 
     async def _check_in(self) -> None:
-        """Tell the controller this replica restarted (and whether its log was closed
-        cleanly); adopt the state it answers. Retried until the controller answers."""
+        """Tell the controller this replica restarted (whether its log was closed cleanly,
+        and how far it reaches); adopt the state and the replica epoch it answers. Retried
+        until the controller answers."""
         report = self.log.recovery_report
         clean = bool(report and report.clean_shutdown and not report.dropped_data)
+        position = log_position(self.log)
         delay = 0.05
         while not self.closed:
             answer = await self.controller.call(
                 "replica_started", self.topic_id, self.partition, self.broker_id, clean,
-                self.incarnation,
+                position,
             )  # fmt: skip
             if answer is not None:
-                state, exists = answer
+                state, exists, replica_epoch = answer
                 if not exists:
                     # Deleted or moved away while this node was down: remove the stray files
                     # and this actor, as Kafka deletes stray logs.
@@ -222,6 +231,7 @@ class PartitionReplica:
                     await self.delete()
                     ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
                     return
+                self.replica_epoch = replica_epoch
                 self.checked_in = True
                 self.adopt(state, force=True)
                 pushed, self._pushed = self._pushed, None
@@ -240,6 +250,12 @@ class PartitionReplica:
             self.state = {**self.state, **state}
             self.log.config = LogConfig.from_dict(self.state["config"])
             write_state(self.directory, self.state)
+            leader = self.leader
+            if leader is not None:
+                self.set_high_watermark(
+                    leader.set_min_insync_replicas(self.log.config.min_insync_replicas)
+                )
+                self._wake_waiters()
             return
         if self.checked_in:
             self.adopt(state)
@@ -258,7 +274,7 @@ class PartitionReplica:
             self.broker_id, s["replicas"], s["isr"], s["leader_epoch"],
             self.log.log_end_offset, self.log.high_watermark, now_ms(),
             setting(self.settings, "replica.lag.time.max.ms"),
-            s["partition_epoch"],
+            s["partition_epoch"], self.log.config.min_insync_replicas,
         )  # fmt: skip
         self.log.update_high_watermark(self.leader.on_local_append(self.log.log_end_offset))
         self.logger.info("leads in epoch %d (ISR %s, log end %d)", s["leader_epoch"], s["isr"],
@@ -302,10 +318,9 @@ class PartitionReplica:
             if leader is not None and leader.leader_epoch == s["leader_epoch"]:
                 if leader.replicas != s["replicas"]:
                     leader.update_replicas(s["replicas"], now_ms())
-                if self.set_high_watermark(
-                    leader.on_isr_committed(s["isr"], s["partition_epoch"])
-                ):
-                    self._wake_waiters()
+                self.set_high_watermark(leader.on_isr_committed(s["isr"], s["partition_epoch"]))
+                # Waiting acks=all produces check the ISR against min.insync.replicas too.
+                self._wake_waiters()
             else:
                 self._become_leader_if_named()
                 self._wake_waiters()
@@ -379,7 +394,7 @@ class PartitionReplica:
     ) -> tuple:
         """A follower's fetch: it holds everything below ``fetch_offset``, its last batch is
         from ``last_fetched_epoch``, and it believes this replica leads in ``leader_epoch``;
-        ``incarnation`` identifies the follower replica's current life.
+        ``incarnation`` is the follower replica's replica epoch (its current life).
         Answers (errno, message, high_watermark, log_start_offset, log_end_offset,
         diverging_epoch, diverging_end_offset, records): a diverging end offset >= 0 tells the
         follower to truncate (KIP-320); otherwise records from ``fetch_offset`` up to the log
@@ -425,3 +440,12 @@ class PartitionReplica:
 async def _notify(condition: asyncio.Condition) -> None:
     async with condition:
         condition.notify_all()
+
+
+def log_position(log: Log) -> tuple[int, int]:
+    """(the leader epoch of the last record written, log end offset): how far a log reaches,
+    for choosing the longest when every candidate lost its unflushed tail. An epoch recorded
+    at an election but never written to does not count."""
+    written = [e.epoch for e in log.epoch_cache.entries if e.start_offset < log.log_end_offset]
+    return (written[-1] if written else -1, log.log_end_offset)
+

@@ -4,7 +4,10 @@ A follower pulls from its leader: each ``replicate`` call carries its log end of
 epoch of its last batch, and the leader answers with batches to append or with the offset to
 truncate to where the logs diverged (leader-epoch based, KIP-101/279/320). A follower that
 hears nothing useful for ``STATE_PULL_AFTER_S`` asks the controller for the partition's state,
-since a pushed state may have been lost.
+since a pushed state may have been lost. A local write that fails (a full or failing disk,
+a refused append) does not end the loop: the follower reports itself failed to the
+controller, which takes it out of the ISR, and retries with backoff; once its writes work
+again it catches up and the leader proposes it back.
 
 Owned by one ``PartitionReplica`` and run on its event loop; the replica starts the loop when
 it becomes a follower and stops it when it leads, closes, or the leader moves (an outstanding
@@ -34,6 +37,10 @@ if TYPE_CHECKING:
 #: A follower that has heard nothing useful from its leader for this long asks the
 #: controller for the partition's state (a pushed state may have been lost).
 STATE_PULL_AFTER_S = 1.0
+
+#: Backoff between attempts while the local log refuses writes, s (doubling from the first).
+WRITE_RETRY_FIRST_S = 0.05
+WRITE_RETRY_MAX_S = 5.0
 
 
 class ReplicaFollower:
@@ -80,6 +87,7 @@ class ReplicaFollower:
         max_bytes = setting(r.settings, "replica.fetch.max.bytes")
         last_progress = time.monotonic()
         delay = 0.02
+        write_delay = 0.0  # > 0 while local writes fail
         while not r.closed and r.leader is None:
             s = r.state
             leader_id = s["leader"]
@@ -98,7 +106,7 @@ class ReplicaFollower:
                 handle = self._leader_handle(leader_id)
                 ref = handle.replicate.remote(
                     r.broker_id, s["leader_epoch"], r.log.log_end_offset,
-                    r.log.latest_epoch, max_bytes, wait_ms, r.incarnation,
+                    r.log.latest_epoch, max_bytes, wait_ms, r.replica_epoch,
                 )  # fmt: skip
                 answer = await asyncio.wait_for(ref, wait_ms / 1000 + 5.0)
             except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
@@ -110,23 +118,42 @@ class ReplicaFollower:
             if r.leader is not None or r.state["leader_epoch"] != s["leader_epoch"]:
                 continue  # the role changed while the fetch was out
             errno, message, hw, log_start, _, div_epoch, div_end, records = answer
-            if errno == OffsetOutOfRange.errno:
-                r.logger.warning("below the leader's log start %d; starting there", log_start)
-                r.log.truncate_fully_and_start_at(log_start)
-                r.log_changed = True
-                continue
-            if errno:
+            if errno and errno != OffsetOutOfRange.errno:
                 await asyncio.sleep(delay)  # a stale or newer epoch: the state is on its way
                 delay = min(delay * 2, 0.5)
                 continue
             delay = 0.02
             last_progress = time.monotonic()
-            if div_end >= 0:
-                self._truncate(hw, div_epoch, div_end)
+            try:
+                self._apply_answer(errno, hw, log_start, div_epoch, div_end, records)
+            except Exception as e:  # the disk, not the protocol: keep the loop, leave the ISR
+                if not write_delay:
+                    r.logger.exception("could not write what the leader sent; retrying")
+                    await r.controller.call("replica_failed", r.topic_id, r.partition,
+                                            r.broker_id, r.replica_epoch, repr(e))  # fmt: skip
+                write_delay = min(max(write_delay * 2, WRITE_RETRY_FIRST_S), WRITE_RETRY_MAX_S)
+                await asyncio.sleep(write_delay)
                 continue
-            if len(records):
-                self._append_from_leader(records, log_start)
-            r.set_high_watermark(min(hw, r.log.log_end_offset))
+            if write_delay:
+                r.logger.warning("writes work again; catching up")
+                write_delay = 0.0
+
+    def _apply_answer(self, errno: int, hw: int, log_start: int, div_epoch: int,
+                      div_end: int, records: np.ndarray) -> None:  # fmt: skip
+        """Write what the leader answered to the local log: start over at its log start,
+        truncate where the logs diverged, or append."""
+        r = self.replica
+        if errno == OffsetOutOfRange.errno:
+            r.logger.warning("below the leader's log start %d; starting there", log_start)
+            r.log.truncate_fully_and_start_at(log_start)
+            r.log_changed = True
+            return
+        if div_end >= 0:
+            self._truncate(hw, div_epoch, div_end)
+            return
+        if len(records):
+            self._append_from_leader(records, log_start)
+        r.set_high_watermark(min(hw, r.log.log_end_offset))
 
     def _truncate(self, leader_hw: int, epoch: int, end_offset: int) -> None:
         log_ = self.replica.log

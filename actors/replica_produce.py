@@ -111,6 +111,16 @@ class ProduceHandler:
                         f"{r.partition} before the batch ending at offset {offset - 1} was "
                         "replicated; retry with the new leader"
                     )
+                if leader.under_min_isr:
+                    # The high watermark holds still below min ISR (KIP-966): say so now
+                    # rather than at the timeout; the producer retries and the leader
+                    # recognises the batch as a duplicate.
+                    raise NotEnoughReplicasAfterAppend(
+                        f"the batch ending at offset {offset - 1} of {r.topic}-{r.partition} "
+                        f"was written, but the ISR {leader.isr} is below min.insync.replicas="
+                        f"{leader.min_insync_replicas} and it cannot be committed until "
+                        "replicas catch up"
+                    )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise RequestTimedOut(

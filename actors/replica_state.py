@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 import ray
 
-from rafka.storage.checkpoint import write_atomically
+from rafka.storage.checkpoint import fsync_directory, write_atomically
 
 STATE_FILE = "partition.metadata"
 
@@ -64,3 +64,14 @@ def actor_was_reconstructed() -> bool:
             return bool(ray.get_runtime_context().was_current_actor_reconstructed)
     except Exception:  # not inside an actor
         return False
+
+
+def set_aside_stray_directory(directory: str, topic_id: str, logger) -> str:
+    """Rename a partition directory that belongs to a deleted topic of the same name to
+    ``<dir>.<topic id>-stray`` (Kafka's stray logs), so nothing of it is read again; the
+    operator may delete it. Returns the new path."""
+    target = f"{directory}.{topic_id}-stray"
+    os.rename(directory, target)
+    fsync_directory(os.path.dirname(directory))
+    logger.warning("found files of deleted topic id %s; moved them to %s", topic_id, target)
+    return target

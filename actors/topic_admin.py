@@ -18,7 +18,11 @@ import asyncio
 from typing import Any
 
 from rafka.actors.broker_calls import BrokerCalls
-from rafka.actors.controller_core import ControllerCore, unclean_election_enabled
+from rafka.actors.controller_core import (
+    ControllerCore,
+    min_insync_replicas,
+    unclean_election_enabled,
+)
 from rafka.actors.partition_changes import PartitionChanges
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
@@ -83,7 +87,9 @@ class TopicAdmin:
             await asyncio.wait([asyncio.ensure_future(r) for r in pushes], timeout=10)
         if unclean_election_enabled(topic):  # leaderless partitions may take any live replica
             await self.changes.change(
-                lambda t, q: elections.elect_if_leaderless(q, core.liveness.live(), True),
+                lambda t, q: elections.elect_if_leaderless(
+                    q, core.liveness.live(), True, min_insync_replicas(t)
+                ),
                 only=[(topic, q) for q in topic.partitions.values()],
             )  # fmt: skip
         return self.describe(topic)

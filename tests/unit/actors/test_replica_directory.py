@@ -1,0 +1,43 @@
+"""A replica's directory belongs to one topic id (Kafka's KIP-516): files left by a deleted
+topic of the same name are set aside, never read as the new topic's log. Runs the replica
+class outside Ray, on a real directory."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from rafka.actors.partition_replica import PartitionReplica
+from rafka.storage import record_batch as rb
+
+
+def state(topic_id: str) -> dict:
+    return {
+        "topic": "orders", "topic_id": topic_id, "partition": 0, "broker_id": 0,
+        "replicas": [0], "isr": [0], "leader": 0, "leader_epoch": 0, "partition_epoch": 0,
+        "config": {}, "replica_epoch": 1,
+    }  # fmt: skip
+
+
+def test_a_new_topic_of_a_deleted_name_starts_with_an_empty_log(tmp_path):
+    """The old topic's records, epochs and producer state stay in a stray directory."""
+    old = PartitionReplica(str(tmp_path), state("old-id"))
+    old.log.append_as_leader(rb.encode_batch([b"a", b"b", b"c"], timestamps=1), 0)
+    asyncio.run(old.close())
+    new = PartitionReplica(str(tmp_path), state("new-id"))
+    assert (new.log.log_start_offset, new.log.log_end_offset) == (0, 0)
+    assert new.topic_id == "new-id"
+    strays = [n for n in os.listdir(tmp_path) if n.endswith("-stray")]
+    assert strays == ["orders-0.old-id-stray"]
+    asyncio.run(new.close())
+
+
+def test_a_restart_of_the_same_topic_keeps_its_log(tmp_path):
+    """Same topic id: the log is the replica's own and is kept."""
+    first = PartitionReplica(str(tmp_path), state("same-id"))
+    first.log.append_as_leader(rb.encode_batch([b"a"], timestamps=1), 0)
+    asyncio.run(first.close())
+    again = PartitionReplica(str(tmp_path), state("same-id"))
+    assert again.log.log_end_offset == 1
+    assert not again.checked_in  # a restart asks the controller what it is now
+    asyncio.run(again.close())
