@@ -1,11 +1,11 @@
 """The storage engine: a partition's log on local disk. No Ray imports in this package.
 
 Layers inside, lowest first: ``record_batch`` (the pure codec), ``index`` and ``segment``
-(one file set), ``leader_epoch`` and ``producer_state`` (state kept beside the log),
-``log_loader`` (recovery on open), ``log_validator`` (checks and offset assignment before an
-append), ``log_reader`` (lookups over the segments), ``flush_policy`` (when to fsync), ``log``
-(the partition log), ``retention`` and ``compaction`` (cleanup policies), ``config`` (topic
-configuration).
+(one file set), ``log_segments`` (the ordered segments: lookups, reads), ``leader_epoch`` and
+``producer_state`` (state kept beside the log), ``log_loader`` (recovery on open),
+``log_validator`` (checks and offset assignment before an append), ``flush_policy`` (when to
+fsync), ``log`` (the partition log), ``retention`` and ``compaction`` (cleanup policies),
+``config`` (topic configuration).
 """
 
 from rafka.storage.config import LogConfig

@@ -1,19 +1,9 @@
-"""A partition's log: ordered segments, offsets, flushing, truncation, and producer state.
+"""A partition's log: its segments, offsets, appends, flushing, truncation and cleanup hooks.
 
 Directory ``<data>/<topic>-<partition>/`` holds the segments (see segment.py), the
-``leader-epoch-checkpoint``, producer-state ``*.snapshot`` files and the small offset files of
-log_loader.py. Offsets obey ``log_start_offset <= high_watermark <= log_end_offset`` at all
-times; ``_set_high_watermark`` is the one place that moves the high watermark. Cleanup acts
-only below it: retention deletes whole segments below the high watermark, and compaction works
-below ``cleanable_end_offset``, since a follower may still truncate what lies above.
-
-Concurrency: not thread-safe and never awaits. The owner (a partition actor on one event loop)
-calls it from one thread; every method runs to completion, so state is never seen half-changed.
-
-Durability: an append is in the OS page cache when it returns; it is on disk after ``flush()``
-(explicit, every ``flush.messages`` records, or every ``flush.ms``). After a crash, everything
-below the recovery point survives; the tail after it is re-validated and cut at the first
-torn batch (log_loader.py).
+``leader-epoch-checkpoint``, producer-state ``*.snapshot`` files, the small offset files of
+log_loader.py and ``high-watermark``. The contract (offsets, durability per flush setting,
+concurrency) is ``Log``'s docstring.
 """
 
 from __future__ import annotations
@@ -23,7 +13,7 @@ import os
 import time
 from typing import Callable, NamedTuple
 
-from rafka.errors import CorruptRecord, InvalidFetchSize, InvalidRecord, OffsetOutOfRange
+from rafka.errors import InvalidFetchSize, InvalidRecord, OffsetOutOfRange
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import (
     fsync_directory,
@@ -41,10 +31,14 @@ from rafka.storage.log_loader import (
     RecoveryReport,
     ensure_writable_directory,
     load_segments,
+    rebuild_leader_epochs,
 )
-from rafka.storage.log_reader import find_offset_for_timestamp, read_batches, segment_index
+from rafka.storage.log_segments import LogSegments
 from rafka.storage.log_validator import (
+    LogAppendInfo,
     PreparedBatch,
+    appended,
+    check_follower_offsets,
     prepare_leader_batches,
     validate_batches,
 )
@@ -66,19 +60,6 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class LogAppendInfo(NamedTuple):
-    """Outcome of an append. ``duplicate`` marks a retried idempotent batch that was already in
-    the log: nothing was written and the offsets are those of the original."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
-    record_count: int
-    log_start_offset: int
-    duplicate: bool = False
-
-
 class LogReadResult(NamedTuple):
     """Whole batches (raw bytes, undecoded) and the log's offsets at the time of the read."""
 
@@ -89,7 +70,35 @@ class LogReadResult(NamedTuple):
 
 
 class Log:
-    """The segments of one partition and the offsets that describe them."""
+    """The segments of one partition and the offsets that describe them.
+
+    Offsets: ``log_start_offset <= high_watermark <= log_end_offset``, kept by one setter.
+    The owner moves the high watermark (``update_high_watermark``) and checkpoints it
+    (``checkpoint_high_watermark``, and at ``close``); a reopened log starts from the
+    checkpointed value, which may lag. Retention and compaction act only below it.
+
+    Durability under power loss. A process crash loses nothing an append returned: the bytes
+    are in the OS page cache, which outlives the process. An OS crash or power loss keeps
+    only what was flushed (fdatasync); the unflushed tail may be lost whole or in part, and
+    recovery cuts it at the first torn batch, so what survives is always a prefix of the log.
+    A record acknowledged to a producer is durable on this node only once flushed.
+
+    - Default (``flush.messages`` and ``flush.ms`` unset): the log fsyncs when a segment rolls,
+      at ``close`` and when the owner calls ``flush()``. A power loss can lose everything
+      appended since the last roll or flush, up to a whole active segment (``segment.bytes``).
+      As in Kafka, durability comes from replication: an ``acks=all`` record is lost only if
+      every in-sync replica loses power before its own flush.
+    - ``flush.messages=N``: an append that brings the unflushed records to N or more flushes
+      before it returns, so at most N-1 acknowledged records are ever unflushed; with N=1 every
+      acknowledged record (acks=1 or all) is on this node's disk.
+    - ``flush.ms=T``: an append flushes when T ms have passed since the last flush, and the
+      owner's timer calls ``maybe_flush()``; a power loss can lose records up to T ms old, plus
+      the timer's period when no append comes.
+
+    Concurrency: not thread-safe and never awaits. The owner (a partition actor on one event
+    loop) calls it from one thread; every method runs to completion, so no state is ever seen
+    half-changed.
+    """
 
     def __init__(
         self,
@@ -102,18 +111,16 @@ class Log:
         self.clock = clock
         ensure_writable_directory(directory)
         self.epoch_cache = LeaderEpochCache(self._path(CHECKPOINT_FILE))
-        self.segments, self.recovery_report, checkpointed_start = load_segments(
+        loaded, self.recovery_report, checkpointed_start = load_segments(
             directory, self.make_segment, self._on_recovered_batch, not self.config.compact
         )
-        if not self.segments:
-            self.segments.append(self.make_segment(checkpointed_start or 0, ""))
-        self._bases = [s.base_offset for s in self.segments]
+        self._segments = LogSegments(loaded or [self.make_segment(checkpointed_start or 0, "")])
         self.log_end_offset = self.active_segment.next_offset
         self.log_start_offset = min(
             max(checkpointed_start or 0, self.segments[0].base_offset), self.log_end_offset
         )
         if self.epoch_cache.needs_rebuild:
-            self._rebuild_epoch_cache()
+            rebuild_leader_epochs(self.epoch_cache, self._segments, self.log_start_offset)
         self.recovery_point = self.log_end_offset
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self.producer_state = ProducerStateManager(directory, self.config.producer_id_expiration_ms)
@@ -146,47 +153,30 @@ class Log:
         if header.partition_leader_epoch >= 0 and not self.epoch_cache.needs_rebuild:
             self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
-    def _rebuild_epoch_cache(self) -> None:
-        """The leader-epoch checkpoint was missing or malformed: rebuild the cache from the
-        partition leader epoch in every batch header (one small read per batch)."""
-        batches = 0
-        pairs: list[tuple[int, int]] = []
-        try:
-            for segment in self.segments:
-                for _, header in segment.iter_headers(0):
-                    batches += 1
-                    pairs.append((header.partition_leader_epoch, header.base_offset))
-        except CorruptRecord as e:  # keep the epochs before the damage; reads will report it
-            log.warning("%s: leader epochs rebuilt up to a damaged batch: %s", self.directory, e)
-        self.epoch_cache.rebuild(pairs)
-        self.epoch_cache.truncate_from_start(self.log_start_offset)
-        if batches:
-            log.warning(
-                "%s: rebuilt the leader-epoch cache from %d batch headers: %s",
-                self.directory, batches, self.epoch_cache.entries,
-            )  # fmt: skip
-
     def _rebuild_producer_state(self) -> None:
         """Load the newest snapshot at or below the log end and replay headers after it."""
         start = self.producer_state.load_latest_snapshot(self.log_end_offset)
         start = self.log_start_offset if start is None else start
         if start >= self.log_end_offset:
             return
-        for segment in self.segments[max(segment_index(self._bases, start), 0) :]:
-            _, position = segment.offset_index.lookup(start)
-            for _, header in segment.iter_headers(position):
-                if header.base_offset >= start:
-                    self.producer_state.update(header)
+        for header in self._segments.headers_from(start):
+            if header.base_offset >= start:
+                self.producer_state.update(header)
 
     # -- offsets -------------------------------------------------------------------------------
 
     @property
+    def segments(self) -> list[Segment]:
+        """The segments, oldest first; the last is the active one. Read-only for callers."""
+        return self._segments.ordered
+
+    @property
     def active_segment(self) -> Segment:
-        return self.segments[-1]
+        return self._segments.active
 
     @property
     def size_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
+        return self._segments.size_bytes
 
     @property
     def latest_epoch(self) -> int:
@@ -217,10 +207,7 @@ class Log:
         """The oldest non-active segments whose whole range lies below ``offset``: a segment
         counts only if the next segment's base (where the log would start once it is gone) is
         at or below ``offset``. Cleanup works on these whole segments."""
-        count = 0
-        while count < len(self.segments) - 1 and self._bases[count + 1] <= offset:
-            count += 1
-        return self.segments[:count]
+        return self._segments.below(offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) answer to a follower whose last epoch is ``epoch`` (KIP-279)."""
@@ -261,12 +248,7 @@ class Log:
             view, batches, self.config, self.log_end_offset, leader_epoch, append_time
         )
         self._write(prepared)
-        headers = [h for _, h in prepared]
-        first, last = headers[0], headers[-1]
-        return LogAppendInfo(
-            first.base_offset, last.last_offset, max(h.max_timestamp for h in headers),
-            append_time, sum(h.record_count for h in headers), self.log_start_offset,
-        )  # fmt: skip
+        return appended([h for _, h in prepared], append_time, self.log_start_offset)
 
     def append_as_follower(self, records) -> LogAppendInfo:
         """Append batches copied from the leader, keeping their offsets and epochs."""
@@ -274,21 +256,9 @@ class Log:
         batches = validate_batches(
             view, self.config, self.directory, allow_control=True, as_follower=True
         )
-        expected = self.log_end_offset
-        for _, header in batches:
-            if header.base_offset < expected:
-                raise InvalidRecord(
-                    f"follower append at offset {header.base_offset} is below the log end "
-                    f"offset {expected}; truncate the log to the leader's answer first"
-                )
-            expected = header.next_offset
+        check_follower_offsets(batches, self.log_end_offset)
         self._write([([view[p : p + h.size]], h) for p, h in batches])
-        headers = [h for _, h in batches]
-        return LogAppendInfo(
-            headers[0].base_offset, headers[-1].last_offset,
-            max(h.max_timestamp for h in headers), -1,
-            sum(h.record_count for h in headers), self.log_start_offset,
-        )  # fmt: skip
+        return appended([h for _, h in batches], -1, self.log_start_offset)
 
     def _write(self, batches: list[PreparedBatch]) -> None:
         """Roll if needed, write the batches (each given as buffers and its final header) to
@@ -342,8 +312,7 @@ class Log:
         so records later flushed into it cannot vanish with an entry lost to a power loss."""
         segment = self.make_segment(self.log_end_offset, "")
         fsync_directory(self.directory)
-        self.segments.append(segment)
-        self._bases.append(segment.base_offset)
+        self._segments.add(segment)
         return segment
 
     # -- flushing ------------------------------------------------------------------------------
@@ -378,7 +347,7 @@ class Log:
                 f"offset {offset} is outside the log [{self.log_start_offset}, "
                 f"{self.log_end_offset}] of {self.directory}; seek to a position inside it"
             )
-        data = read_batches(self.segments, self._bases, offset, max_bytes, max_offset)
+        data = self._segments.read(offset, max_bytes, max_offset)
         return LogReadResult(
             data, self.log_start_offset, self.high_watermark, self.log_end_offset
         )
@@ -386,7 +355,7 @@ class Log:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is at or after
         ``timestamp``, or None when there is none."""
-        return find_offset_for_timestamp(self.segments, timestamp, self.log_start_offset)
+        return self._segments.offset_for_timestamp(timestamp, self.log_start_offset)
 
     # -- truncation and deletion ---------------------------------------------------------------
 
@@ -400,9 +369,7 @@ class Log:
             return self.log_end_offset
         # As Kafka does, a segment starting exactly at ``offset`` stays (emptied): it carries
         # the log end even when compaction removed the records just below it.
-        while len(self.segments) > 1 and self.active_segment.base_offset > offset:
-            self.segments.pop().delete()
-            self._bases.pop()
+        self._segments.delete_after(offset)
         straddling = self.active_segment.find_batch(offset)
         self.active_segment.truncate_to(offset)
         if straddling is not None and straddling[1].base_offset < offset:
@@ -421,19 +388,15 @@ class Log:
         if self.active_segment.size:
             self.roll()
             return
-        if len(self.segments) > 1:  # an emptied segment is replaced by one at the log end
-            self.segments.pop().delete()
-            self._bases.pop()
+        if len(self._segments) > 1:  # an emptied segment is replaced by one at the log end
+            self._segments.delete_active()
             self._add_active_segment()
         # A log whose only segment lost every record to compaction keeps its end in memory.
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and start empty at ``offset`` (a follower far behind a leader
         whose log now starts later)."""
-        for segment in self.segments:
-            segment.delete()
-        self.segments = [self.make_segment(offset, "")]
-        self._bases = [offset]
+        self._segments.delete_all_and_start(self.make_segment(offset, ""))
         self.log_start_offset = self.log_end_offset = offset
         write_offset(self._path(LOG_START_OFFSET_FILE), offset)
         self.epoch_cache.clear()
@@ -472,22 +435,15 @@ class Log:
         """Delete these (non-active) segments, oldest first, and move the log start past them.
         Returns the bytes freed."""
         doomed_ids = {id(s) for s in doomed}
-        if id(self.active_segment) in doomed_ids:
-            raise ValueError("the active segment is never deleted")
-        remaining = [s for s in self.segments if id(s) not in doomed_ids]
-        new_start = max(self.log_start_offset, remaining[0].base_offset)
+        first_kept = next(s for s in self.segments if id(s) not in doomed_ids)
+        new_start = max(self.log_start_offset, first_kept.base_offset)
         if new_start > self.high_watermark:
             raise OffsetOutOfRange(
                 f"deleting these segments of {self.directory} would move the log start offset "
                 f"to {new_start}, past the high watermark {self.high_watermark}; delete only "
                 "segments wholly below the high watermark (Log.segments_below)"
             )
-        freed = 0
-        for segment in doomed:
-            freed += segment.size
-            segment.delete()
-        self.segments = remaining
-        self._bases = [s.base_offset for s in self.segments]
+        freed = self._segments.remove(doomed)
         if self.segments[0].base_offset > self.log_start_offset:
             self._move_log_start(self.segments[0].base_offset)
         self.producer_state.delete_snapshots_below(self.log_start_offset)
@@ -497,13 +453,9 @@ class Log:
         """Put a compacted segment (files carrying the .swap suffix) in place of ``old``.
         Crash-safe: the swap file is complete before any input is deleted (log_loader.py
         finishes the job if a crash interrupts it)."""
-        old_ids = {id(s) for s in old}
-        for segment in old:
-            segment.delete()
-        new.rename_suffix("")
-        kept = [s for s in self.segments if id(s) not in old_ids] + [new]
-        self.segments = sorted(kept, key=lambda s: s.base_offset)
-        self._bases = [s.base_offset for s in self.segments]
+        self._segments.remove(old)
+        new.rename_suffix("")  # only now: the new files take the first input's names
+        self._segments.insert(new)
 
     # -- closing -------------------------------------------------------------------------------
 

@@ -21,9 +21,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rafka.errors import KafkaStorageError
+from rafka.errors import CorruptRecord, KafkaStorageError
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import read_offset, remove_durably
+from rafka.storage.leader_epoch import LeaderEpochCache
+from rafka.storage.log_segments import LogSegments
 from rafka.storage.segment import (
     CLEANED_SUFFIX,
     LOG_SUFFIX,
@@ -188,3 +190,23 @@ def load_segments(
         # find the marker again and skip recovery of what the next run writes.
         remove_durably(marker)
     return kept, report, log_start
+
+
+def rebuild_leader_epochs(
+    cache: LeaderEpochCache, segments: LogSegments, log_start_offset: int
+) -> None:
+    """Rebuild a cache whose checkpoint was missing or malformed from the partition leader
+    epoch that every batch header carries (one small read per batch), from the batch holding
+    the log start offset on. A damaged batch ends the scan: the epochs before it are kept."""
+    pairs: list[tuple[int, int]] = []
+    try:
+        for header in segments.headers_from(log_start_offset):
+            pairs.append((header.partition_leader_epoch, header.base_offset))
+    except CorruptRecord as e:
+        log.warning("%s: leader epochs rebuilt up to a damaged batch: %s", cache.path, e)
+    cache.rebuild(pairs)
+    cache.truncate_from_start(log_start_offset)
+    if pairs:
+        log.warning(
+            "%s rebuilt from %d batch headers: %s", cache.path, len(pairs), cache.entries
+        )

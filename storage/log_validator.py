@@ -1,11 +1,15 @@
-"""Checking batches before they enter a log, and stamping a leader's offsets into them.
+"""Checking batches before they enter a log, stamping a leader's offsets into them, and the
+outcome an append reports.
 
 A pure stage (Kafka's LogValidator): bytes and a config in, checked headers or patched batch
-buffers out; nothing here touches a file. The log calls ``validate_batches`` on every append
-and ``prepare_leader_batches`` on a leader's, then writes what comes back.
+buffers out; nothing here touches a file. The log calls ``validate_batches`` on every append,
+``prepare_leader_batches`` on a leader's and ``check_follower_offsets`` on a follower's, then
+writes what comes back and answers with ``appended``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from rafka.errors import InvalidRecord, RecordTooLarge
 from rafka.storage import record_batch as rb
@@ -13,6 +17,30 @@ from rafka.storage.config import LogConfig
 
 # A leader-prepared batch: the buffers whose concatenation is its bytes, and its final header.
 PreparedBatch = tuple[list, rb.BatchHeader]
+
+
+class LogAppendInfo(NamedTuple):
+    """Outcome of an append. ``duplicate`` marks a retried idempotent batch that was already in
+    the log: nothing was written and the offsets are those of the original."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    record_count: int
+    log_start_offset: int
+    duplicate: bool = False
+
+
+def appended(
+    headers: list[rb.BatchHeader], log_append_time: int, log_start_offset: int
+) -> LogAppendInfo:
+    """The outcome of appending the batches with these (final) headers."""
+    return LogAppendInfo(
+        headers[0].base_offset, headers[-1].last_offset,
+        max(h.max_timestamp for h in headers), log_append_time,
+        sum(h.record_count for h in headers), log_start_offset,
+    )  # fmt: skip
 
 
 def validate_batches(
@@ -50,6 +78,21 @@ def validate_batches(
             )
         batches.append((position, header))
     return batches
+
+
+def check_follower_offsets(
+    batches: list[tuple[int, rb.BatchHeader]], log_end_offset: int
+) -> None:
+    """A follower's batches keep the leader's offsets: they must start at or after the log
+    end and never go backwards (compaction may leave gaps between them)."""
+    expected = log_end_offset
+    for _, header in batches:
+        if header.base_offset < expected:
+            raise InvalidRecord(
+                f"follower append at offset {header.base_offset} is below the log end "
+                f"offset {expected}; truncate the log to the leader's answer first"
+            )
+        expected = header.next_offset
 
 
 def target_codec(config: LogConfig) -> rb.Codec | None:

@@ -1,0 +1,142 @@
+"""The ordered segments of one log (Kafka's LogSegments): lookups by offset and time, reads,
+and the structural changes (add, cut, remove, insert) the Log makes to the list.
+
+Invariants: at least one segment; base offsets strictly increase; the last segment is the
+active one, the only one appended to. ``bases`` mirrors the base offsets for bisection. Not
+thread-safe: the owning Log serializes every call.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Iterator
+
+from rafka.storage import record_batch as rb
+from rafka.storage.segment import Segment
+
+
+class LogSegments:
+    """Segments oldest first. ``ordered`` is the list itself; callers treat it as read-only."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        if not segments:
+            raise ValueError("a log has at least one segment")
+        self.ordered = list(segments)
+        self.bases = [s.base_offset for s in self.ordered]
+
+    def __len__(self) -> int:
+        return len(self.ordered)
+
+    @property
+    def active(self) -> Segment:
+        return self.ordered[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.ordered)
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def index_of(self, offset: int) -> int:
+        """Index of the segment whose range holds ``offset`` (-1 if below the first)."""
+        return bisect_right(self.bases, offset) - 1
+
+    def below(self, offset: int) -> list[Segment]:
+        """The oldest non-active segments whose whole range lies below ``offset``: a segment
+        counts only if the next segment's base (where the log would start once it is gone) is
+        at or below ``offset``."""
+        count = 0
+        while count < len(self.ordered) - 1 and self.bases[count + 1] <= offset:
+            count += 1
+        return self.ordered[:count]
+
+    def headers_from(self, offset: int) -> Iterator[rb.BatchHeader]:
+        """Header of every batch that holds ``offset`` or a later offset, in order. Raises
+        CorruptRecord at a damaged batch, after yielding the ones before it."""
+        for segment in self.ordered[max(self.index_of(offset), 0) :]:
+            _, position = segment.offset_index.lookup(offset)
+            for _, header in segment.iter_headers(position):
+                if header.last_offset >= offset:
+                    yield header
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None) -> memoryview:
+        """Whole batches from the one holding ``offset`` (or the next one after a compacted
+        gap), at most ``max_bytes`` but at least one batch, none at or past ``max_offset``.
+        The caller has checked that ``offset`` lies inside the log."""
+        if max_offset is not None and offset >= max_offset:
+            return memoryview(b"")
+        for segment in self.ordered[max(self.index_of(offset), 0) :]:
+            found = segment.find_batch(offset)
+            if found is not None:
+                return segment.read(found[0], max_bytes, max_offset)
+        return memoryview(b"")
+
+    def offset_for_timestamp(
+        self, timestamp: int, log_start_offset: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or above ``log_start_offset`` whose
+        timestamp is at or after ``timestamp``, or None when there is none."""
+        for segment in self.ordered:
+            if segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp)
+            if found is None:
+                continue
+            records = rb.decode_records(found[1])
+            for record_offset, record_ts in zip(records.offsets, records.timestamps):
+                if record_ts >= timestamp and record_offset >= log_start_offset:
+                    return record_offset, record_ts
+        return None
+
+    # -- changes -------------------------------------------------------------------------------
+
+    def add(self, segment: Segment) -> None:
+        """Make ``segment`` (starting past every other) the active one."""
+        if segment.base_offset <= self.bases[-1]:
+            raise ValueError(
+                f"segment at {segment.base_offset} does not follow the active one at "
+                f"{self.bases[-1]}"
+            )
+        self.ordered.append(segment)
+        self.bases.append(segment.base_offset)
+
+    def delete_active(self) -> None:
+        """Delete the active segment's files; the one before it becomes active."""
+        if len(self.ordered) == 1:
+            raise ValueError("the only segment of a log is never deleted")
+        self.ordered.pop().delete()
+        self.bases.pop()
+
+    def delete_after(self, offset: int) -> None:
+        """Delete every segment starting past ``offset``, keeping at least the first."""
+        while len(self.ordered) > 1 and self.bases[-1] > offset:
+            self.delete_active()
+
+    def delete_all_and_start(self, segment: Segment) -> None:
+        """Delete every segment; ``segment`` becomes the only one."""
+        for old in self.ordered:
+            old.delete()
+        self.ordered = [segment]
+        self.bases = [segment.base_offset]
+
+    def remove(self, doomed: list[Segment]) -> int:
+        """Delete these non-active segments' files; returns the bytes freed."""
+        doomed_ids = {id(s) for s in doomed}
+        if id(self.active) in doomed_ids:
+            raise ValueError("the active segment is never deleted")
+        freed = 0
+        for segment in doomed:
+            freed += segment.size
+            segment.delete()
+        self.ordered = [s for s in self.ordered if id(s) not in doomed_ids]
+        self.bases = [s.base_offset for s in self.ordered]
+        return freed
+
+    def insert(self, segment: Segment) -> None:
+        """Put ``segment`` among the others by base offset (a compacted segment taking the
+        place of the ones ``remove`` just deleted)."""
+        at = bisect_right(self.bases, segment.base_offset)
+        if at and self.bases[at - 1] == segment.base_offset:
+            raise ValueError(f"a segment at {segment.base_offset} is already in the log")
+        self.ordered.insert(at, segment)
+        self.bases.insert(at, segment.base_offset)
