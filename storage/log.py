@@ -420,9 +420,9 @@ class Log:
             )
         if before_offset > self.log_start_offset:
             self._move_log_start(before_offset)
-            self.delete_segments(
-                [s for s in self.segments[:-1] if s.next_offset <= self.log_start_offset]
-            )
+            # By the next segment's base: a compacted segment may end before it, and the log
+            # start may lie in that gap.
+            self.delete_segments(self.segments_below(self.log_start_offset))
         return self.log_start_offset
 
     def _move_log_start(self, offset: int) -> None:

@@ -24,10 +24,8 @@ def expired_segments(log: "Log", now_ms: int) -> list[Segment]:
     the high watermark (``now_ms`` in milliseconds, from the log's clock)."""
     candidates = log.segments_below(log.high_watermark)
     config = log.config
-    count = 0
     # Below the log start offset (moved by delete_records): always deleted.
-    while count < len(candidates) and candidates[count].next_offset <= log.log_start_offset:
-        count += 1
+    count = len(log.segments_below(log.log_start_offset))
     if config.delete:
         if config.retention_ms >= 0:
             horizon = now_ms - config.retention_ms

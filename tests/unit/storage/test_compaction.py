@@ -184,3 +184,27 @@ def test_truncating_into_a_compacted_gap_keeps_the_log_end_across_a_reopen(open_
     assert again.log_end_offset == 2
     assert again.append_as_leader(batch([b"z"], [b"m"]), leader_epoch=0).first_offset == 2
     assert [(o, v) for o, _, v, _ in read_all(again)] == [(0, b"x"), (2, b"z")]
+
+
+def test_delete_records_into_a_compacted_gap_keeps_the_segment_that_holds_the_gap(
+        open_log, clock):
+    """Deleting records up to an offset that compaction already removed keeps the segment
+    whose range holds it, so the log start stays where asked, at or below the high watermark."""
+    log = open_log({**COMPACT, "delete.retention.ms": DAY})
+    log.append_as_leader(batch([b"x"], [b"j"], timestamp=clock.now), leader_epoch=0)
+    log.append_as_leader(batch([b"a"], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.append_as_leader(batch([None], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    log.append_as_leader(batch([b"y"], [b"m"], timestamp=clock.now), leader_epoch=0)
+    log.update_high_watermark(2)
+    log.checkpoint_high_watermark()  # the checkpoint lags the high watermark used below
+    log.update_high_watermark(4)
+    clock.advance(DAY + 1)
+    compact(log, clock.now, force=True)  # offsets 1 and 2 are gone
+    log.flush()
+    log.abandon()  # a crash: the reopened log starts from the lagging checkpoint
+    again = open_log({**COMPACT, "delete.retention.ms": DAY})
+    assert again.high_watermark == 2
+    assert again.delete_records(2) == 2
+    assert (again.log_start_offset, again.high_watermark) == (2, 2)
+    assert [(o, v) for o, _, v, _ in read_all(again)] == [(3, b"y")]
