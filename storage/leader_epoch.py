@@ -18,6 +18,7 @@ owning Log serializes calls.
 from __future__ import annotations
 
 import logging
+import os
 from bisect import bisect_right
 from typing import Iterable, NamedTuple
 
@@ -99,7 +100,8 @@ class LeaderEpochCache:
         self.entries = []
         for epoch, base_offset in batch_epochs:
             self._assign_in_memory(epoch, base_offset)
-        self._persist()
+        if self.entries or os.path.exists(self.path):  # a new, empty log writes nothing yet
+            self._persist()
         self.needs_rebuild = False
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:

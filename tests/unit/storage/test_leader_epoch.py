@@ -77,7 +77,12 @@ def test_rebuilt_cache_starts_at_the_log_start_offset(open_log):
 
 
 def test_an_empty_log_without_a_checkpoint_has_no_epochs(open_log):
-    """A new log has no checkpoint and nothing to rebuild from: the cache stays empty."""
+    """A new log has nothing to rebuild from: the cache stays empty and no checkpoint is
+    written until the first epoch is recorded."""
     log = open_log(CONFIG)
+    checkpoint = os.path.join(log.directory, CHECKPOINT_FILE)
     assert log.epoch_cache.entries == []
     assert log.end_offset_for_epoch(0) == (-1, -1)
+    assert not os.path.exists(checkpoint)
+    log.append_as_leader(batch([b"v"]), leader_epoch=3)
+    assert [tuple(e) for e in LeaderEpochCache(checkpoint).entries] == [(3, 0)]
