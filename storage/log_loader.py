@@ -12,6 +12,8 @@ After a clean shutdown every segment is trusted and only its indexes are sanity-
 holding the recovery point onwards is re-read batch by batch with its CRC checked: the first
 torn or corrupt batch and everything after it is cut (segments after a cut are deleted, since
 a log must stay a contiguous prefix), and the indexes of those segments are rebuilt.
+Either way, a leader-epoch checkpoint that is missing or malformed is rebuilt from the batch
+headers (``rebuild_leader_epochs``).
 """
 
 from __future__ import annotations
