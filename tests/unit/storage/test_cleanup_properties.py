@@ -112,7 +112,9 @@ def _check(log: Log, model: Model, clock: FakeClock) -> None:
     operations=st.lists(_operation, min_size=10, max_size=80),
     retention_bytes=st.sampled_from([-1, 400, 900]),
 )
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# At least 150 histories (about 2 s); HYPOTHESIS_PROFILE=thorough runs more.
+@settings(max_examples=max(150, settings().max_examples), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 def test_cleanup_keeps_every_committed_latest_record_and_the_offset_invariant(
     tmp_path_factory, operations, retention_bytes
 ):
