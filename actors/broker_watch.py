@@ -56,8 +56,13 @@ class BrokerWatch:
         self.alive(broker_id)
         return broker_id
 
-    async def heartbeat(self, disk: str, broker_id: int | None, rack: str | None):
+    async def heartbeat(
+        self, disk: str, broker_id: int | None, rack: str | None, agent_start: str | None
+    ):
         """See ``Controller.heartbeat``."""
+        if broker_id is not None and self.core.agent_started(broker_id, agent_start):
+            self.core.logger.warning("broker %d restarted; its replicas are not elected until "
+                                     "they check in", broker_id)  # fmt: skip
         known = self.core.image.brokers.get(broker_id) if broker_id is not None else None
         if known is None or known.disk != disk or known.rack != rack:
             broker_id = await self.register(disk, broker_id, rack)
@@ -77,7 +82,7 @@ class BrokerWatch:
         core, calls = self.core, self.calls
         await self.changes.change(
             lambda topic, p: elections.elect_if_leaderless(
-                p, core.liveness.live(), unclean_election_enabled(topic),
+                p, core.electable(topic.topic_id, p.partition), unclean_election_enabled(topic),
                 min_insync_replicas(topic),
             ) if broker_id in p.replicas else None
         )  # fmt: skip
@@ -135,7 +140,8 @@ class BrokerWatch:
         core.logger.warning("broker %d missed its heartbeats; fencing it", broker_id)
         return await self.changes.change(
             lambda topic, p: elections.fence_broker(
-                p, broker_id, core.liveness.live(), unclean_election_enabled(topic),
+                p, broker_id, core.electable(topic.topic_id, p.partition),
+                unclean_election_enabled(topic),
                 min_insync_replicas(topic),
             )
         )  # fmt: skip

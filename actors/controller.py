@@ -92,10 +92,14 @@ class Controller:
     async def register_broker(self, disk: str, broker_id: int | None, rack: str | None = None):
         return await self.brokers.register(disk, broker_id, rack)
 
-    async def heartbeat(self, disk: str, broker_id: int | None, rack: str | None = None):
-        """A node agent is alive. Registers its disk when needed; returns (broker id,
-        heartbeat interval in ms)."""
-        return await self.brokers.heartbeat(disk, broker_id, rack)
+    async def heartbeat(
+        self, disk: str, broker_id: int | None, rack: str | None = None,
+        agent_start: str | None = None,
+    ):  # fmt: skip
+        """A node agent is alive (``agent_start``: a token fixed for the life of its
+        process). Registers its disk when needed; returns (broker id, heartbeat interval in
+        ms)."""
+        return await self.brokers.heartbeat(disk, broker_id, rack, agent_start)
 
     async def fence_broker(self, broker_id: int) -> int:
         """Take ``broker_id`` out of every ISR and move the leadership it held; returns how

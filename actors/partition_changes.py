@@ -143,10 +143,11 @@ class PartitionChanges:
             replica_epoch, records = decide.start_replica(core.image, topic_id, partition,
                                                           broker_id)  # fmt: skip
             core.store.append(records)
-        liveness = core.liveness
+            core.awaiting_check_in.discard((topic_id, partition, broker_id))
         await self.change(
             lambda t, q: elections.replica_restarted(
-                q, broker_id, liveness.live() | {broker_id}, unclean_election_enabled(t), clean,
+                q, broker_id, core.electable(topic_id, partition) | {broker_id},
+                unclean_election_enabled(t), clean,
                 position, min_insync_replicas(t),
             ),
             only=[(topic, p)],
@@ -169,20 +170,32 @@ class PartitionChanges:
             return  # a report from an earlier life of the replica
         self.core.logger.warning("%s-%d: the replica on broker %d failed (%s); it leaves the ISR",
                                  topic.name, partition, broker_id, reason)  # fmt: skip
-        live = self.core.liveness
+        core = self.core
         await self.change(
-            lambda t, q: elections.fence_broker(
-                q, broker_id, [b for b in live.live() if b != broker_id],
+            lambda t, q: elections.replica_failed(
+                q, broker_id, core.electable(topic_id, partition) - {broker_id},
                 unclean_election_enabled(t), min_insync_replicas(t),
             ),
             only=[(topic, p)],
         )  # fmt: skip
 
     def partition_state(self, topic_id: str, partition: int, broker_id: int) -> dict | None:
-        """The current state of a partition, as its replica on ``broker_id`` sees it."""
+        """The current state of a partition, as its replica on ``broker_id`` sees it. A
+        replica that asks never stopped (a restarted one checks in first), so it may be
+        elected again, and is at once where the partition has no leader."""
         topic, p = self.find_partition(topic_id, partition)
         if p is None or broker_id not in p.replicas:
             return None
+        core = self.core
+        if (topic_id, partition, broker_id) in core.awaiting_check_in:
+            core.awaiting_check_in.discard((topic_id, partition, broker_id))
+            core.spawn(self.change(
+                lambda t, q: elections.elect_if_leaderless(
+                    q, core.electable(topic_id, partition), unclean_election_enabled(t),
+                    min_insync_replicas(t),
+                ),
+                only=[(topic, p)],
+            ))  # fmt: skip
         return self.calls.replica_state(topic, p, broker_id)
 
     async def alter_isr(
@@ -232,10 +245,10 @@ class PartitionChanges:
         for t in topics:
             for number in partitions if partitions is not None else sorted(t.partitions):
                 pairs.append((t, decide.check_known(image, t.name, number)))
-        live = self.core.liveness.live()
         outcome: dict[tuple[str, int], RafkaError | None] = {}
 
         def decide_one(t, p):
+            live = self.core.electable(t.topic_id, p.partition)
             if election_type == "preferred":
                 new = elections.preferred_leader(p, live)
                 if new is None:
@@ -286,7 +299,7 @@ class PartitionChanges:
                 return None
             # A pure removal has nothing to copy and completes at once.
             done = elections.complete_reassignment(
-                new, self.core.liveness.live(), unclean_election_enabled(t),
+                new, self.core.electable(t.topic_id, p.partition), unclean_election_enabled(t),
                 min_insync_replicas(t),
             )
             if done is None:
@@ -304,7 +317,9 @@ class PartitionChanges:
             await asyncio.sleep(interval)
             try:
                 await self.change(
-                    lambda topic, p: elections.preferred_leader(p, self.core.liveness.live()),
+                    lambda topic, p: elections.preferred_leader(
+                        p, self.core.electable(topic.topic_id, p.partition)
+                    ),
                     preferred=True,
                 )
             except Exception:  # the next round tries again

@@ -52,6 +52,7 @@ from rafka.actors.replica_state import (
     read_state,
     set_aside_stray_directory,
     state_version,
+    stray_path,
     with_defaults,
     write_state,
 )
@@ -89,11 +90,20 @@ class PartitionReplica:
         os.makedirs(self.directory, exist_ok=True)
         saved = read_state(self.directory)
         if saved is not None and saved["topic_id"] != state["topic_id"]:
-            # An earlier topic of the same name, deleted while this broker was away: its
-            # segments, epochs and producer state must not become the new topic's (KIP-516).
-            set_aside_stray_directory(self.directory, saved["topic_id"], self.logger)
-            os.makedirs(self.directory, exist_ok=True)
-            saved = None
+            if namespace is not None and actor_was_reconstructed():
+                # Ray restarted this actor of a topic deleted while its node was away, and a
+                # newer topic of the same name holds the directory: never touch it; this
+                # replica's own files, if any, were set aside; it checks in and goes.
+                self.directory = stray_path(self.directory, state["topic_id"])
+                os.makedirs(self.directory, exist_ok=True)
+                saved = read_state(self.directory)
+            else:
+                # A new replica finds an earlier topic of the same name, deleted while this
+                # broker was away: its segments, epochs and producer state must not become
+                # the new topic's (KIP-516).
+                set_aside_stray_directory(self.directory, saved["topic_id"], self.logger)
+                os.makedirs(self.directory, exist_ok=True)
+                saved = None
         known = saved is not None
         # Ray re-runs this constructor with the creation arguments after a crash; with or
         # without files (a wiped disk), such a replica must ask what it is now.
@@ -203,7 +213,11 @@ class PartitionReplica:
         """Close and remove this replica's files (its topic was deleted or it was moved)."""
         await self.close()
         self.deleted = True
-        shutil.rmtree(self.directory, ignore_errors=True)
+        saved = read_state(self.directory)
+        if saved is None or saved["topic_id"] == self.topic_id:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        else:  # a newer topic of the same name took the directory; ours was set aside
+            shutil.rmtree(stray_path(self.directory, self.topic_id), ignore_errors=True)
         # Ray keeps exporting a gauge's last value while this process lives.
         self.partition_metrics.log_gauges(0, 0)
 

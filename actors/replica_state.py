@@ -70,8 +70,14 @@ def set_aside_stray_directory(directory: str, topic_id: str, logger) -> str:
     """Rename a partition directory that belongs to a deleted topic of the same name to
     ``<dir>.<topic id>-stray`` (Kafka's stray logs), so nothing of it is read again; the
     operator may delete it. Returns the new path."""
-    target = f"{directory}.{topic_id}-stray"
+    target = stray_path(directory, topic_id)
     os.rename(directory, target)
     fsync_directory(os.path.dirname(directory))
     logger.warning("found files of deleted topic id %s; moved them to %s", topic_id, target)
     return target
+
+
+def stray_path(directory: str, topic_id: str) -> str:
+    """Where the files of topic id ``topic_id`` go when a newer topic of the same name takes
+    the partition directory."""
+    return f"{directory}.{topic_id}-stray"

@@ -88,7 +88,7 @@ class TopicAdmin:
         if unclean_election_enabled(topic):  # leaderless partitions may take any live replica
             await self.changes.change(
                 lambda t, q: elections.elect_if_leaderless(
-                    q, core.liveness.live(), True, min_insync_replicas(t)
+                    q, core.electable(t.topic_id, q.partition), True, min_insync_replicas(t)
                 ),
                 only=[(topic, q) for q in topic.partitions.values()],
             )  # fmt: skip

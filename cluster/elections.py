@@ -144,6 +144,21 @@ def fence_broker(
     return _changed(p, _elected(shrunk, live, unclean, min_isr))
 
 
+def replica_failed(
+    p: PartitionState, broker: int, live: Collection[int], unclean: bool, min_isr: int = 1
+) -> PartitionState | None:
+    """``broker``'s replica cannot write its log: it leaves the ISR as for a dead broker,
+    and is no candidate at all (never an eligible leader replica: it could not write as a
+    leader either), as Kafka takes an offline log directory's replicas out (KIP-858). With
+    nothing else in sync it stays the ISR's last member, and the partition waits."""
+    fenced = fence_broker(p, broker, live, unclean, min_isr)
+    if fenced is None or broker not in fenced.elr:
+        return fenced
+    fenced.elr = [b for b in fenced.elr if b != broker]
+    fenced.unclean_candidates.pop(broker, None)
+    return fenced
+
+
 def elect_if_leaderless(
     p: PartitionState, live: Collection[int], unclean: bool, min_isr: int = 1
 ) -> PartitionState | None:

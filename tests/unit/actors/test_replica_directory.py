@@ -41,3 +41,16 @@ def test_a_restart_of_the_same_topic_keeps_its_log(tmp_path):
     assert again.log.log_end_offset == 1
     assert not again.checked_in  # a restart asks the controller what it is now
     asyncio.run(again.close())
+
+
+def test_deleting_a_replica_of_a_deleted_topic_spares_the_new_topics_directory(tmp_path):
+    """The old replica's delete removes its own set-aside files, never the directory a
+    newer topic of the same name now holds."""
+    old = PartitionReplica(str(tmp_path), state("old-id"))
+    old.log.append_as_leader(rb.encode_batch([b"a"], timestamps=1), 0)
+    new = PartitionReplica(str(tmp_path), state("new-id"))  # sets the old files aside
+    new.log.append_as_leader(rb.encode_batch([b"b"], timestamps=1), 0)
+    asyncio.run(old.delete())
+    assert os.listdir(tmp_path) == ["orders-0"]
+    assert new.log.log_end_offset == 1
+    asyncio.run(new.close())

@@ -175,3 +175,13 @@ def test_a_replica_that_restarted_since_it_caught_up_may_not_join():
         alter_isr(p, 0, 5, 10, [0, 1, 2], {0, 1, 2}, {2: 3}, {2: 4})
     new = alter_isr(p, 0, 5, 10, [0, 1, 2], {0, 1, 2}, {2: 5}, {2: 4})
     assert new.isr == [0, 1, 2]
+
+
+def test_a_replica_whose_disk_fails_leaves_the_isr_and_is_never_eligible():
+    """It could not write as a leader either, so it does not join the eligible replicas
+    even when the ISR is left below min ISR."""
+    from rafka.cluster.elections import replica_failed
+
+    p = ps(isr=(0, 1))
+    new = replica_failed(p, 1, {0, 1, 2}, unclean=False, min_isr=MIN_ISR)
+    assert (new.leader, new.isr, new.elr) == (0, [0], [])
