@@ -269,9 +269,16 @@ class Log:
         self._maybe_roll(total, headers[0].max_timestamp, headers[-1].last_offset)
         segment = self.active_segment
         per_call = _IOV_MAX // max(len(p) for p, _ in batches)
-        for start in range(0, len(batches), per_call):
-            group = batches[start : start + per_call]
-            segment.append([part for parts, _ in group for part in parts], [h for _, h in group])
+        position, state = segment.size, segment.append_state()
+        try:
+            for start in range(0, len(batches), per_call):
+                group = batches[start : start + per_call]
+                segment.append([part for parts, _ in group for part in parts],
+                               [h for _, h in group])  # fmt: skip
+        except Exception:
+            # A later call failed: the earlier ones must go too, or a retry writes them twice.
+            segment.cut_back(position, headers[0].base_offset, state)
+            raise
         for header in headers:
             if header.partition_leader_epoch >= 0:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)

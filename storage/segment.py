@@ -180,27 +180,41 @@ class Segment:
 
     def append(self, parts: list, headers: list[rb.BatchHeader]) -> None:
         """Append batches given as buffers whose concatenation is their bytes, in one writev;
-        ``headers`` are their (already patched) headers, in order. On an I/O error the file is
-        cut back so nothing half-written stays, and KafkaStorageError is raised."""
+        ``headers`` are their (already patched) headers, in order. On any error (I/O, or an
+        index that cannot take an entry) the file, indexes and every field are put back as
+        they were, so nothing half-written stays; an I/O error raises KafkaStorageError."""
         position = self.size
-        state = (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp)
-        for header in headers:
-            self._index_batch(self.size, header)
-        expected = self.size - position
+        state = self.append_state()
         try:
+            for header in headers:
+                self._index_batch(self.size, header)
+            expected = self.size - position
             written = os.writev(self._fd, parts)
             if written < expected:  # short only when the disk fills up mid-write
                 rest = b"".join(bytes(p) for p in parts)[written:]
                 while rest:
                     n = os.write(self._fd, rest)
                     rest = rest[n:]
-        except OSError as e:
-            self._truncate_file(position)
-            self.offset_index.truncate_to_position(position)
-            self.time_index.truncate_to(headers[0].base_offset)
-            self.next_offset, self.max_timestamp, self.offset_of_max_timestamp = state
-            raise _storage_error("append to", self.log_path, e) from e
+        except Exception as e:
+            self.cut_back(position, headers[0].base_offset, state)
+            if isinstance(e, OSError):
+                raise _storage_error("append to", self.log_path, e) from e
+            raise
         self._unflushed = True
+
+    def append_state(self) -> tuple:
+        """The fields an append changes besides the file and the indexes."""
+        return (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
+                self.first_batch_timestamp, self._bytes_since_index_entry)  # fmt: skip
+
+    def cut_back(self, position: int, base_offset: int, state: tuple) -> None:
+        """Undo appends made since ``position`` (the file size then), whose first batch
+        started at ``base_offset``; ``state`` is ``append_state()`` from then."""
+        self._truncate_file(position)
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to(base_offset)
+        (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
+         self.first_batch_timestamp, self._bytes_since_index_entry) = state  # fmt: skip
 
     def _index_batch(self, position: int, header: rb.BatchHeader) -> None:
         """Account for a batch at ``position``: indexes, next offset, timestamps, size."""
