@@ -86,6 +86,9 @@ class Controller:
             self.core.spawn(self.brokers.watch())
             self.core.spawn(self.changes.balance_leaders())
             self.core.spawn(self.changes.report_health())
+            # A leader fenced just before this controller (re)started was never told: the
+            # new controller sees every broker as live, so no "broker back" push would come.
+            self.changes.push_all()
 
     # -- brokers -------------------------------------------------------------------------------
 

@@ -96,6 +96,13 @@ class PartitionChanges:
         for b in removed:
             self.core.spawn(calls.delete_replica(topic, old, b))
 
+    def push_all(self) -> None:
+        """Tell every live replica its partition's current state (after a controller start:
+        a push made before a crash may never have arrived)."""
+        for topic in list(self.core.image.topics.values()):
+            for p in topic.partitions.values():
+                self.calls.push_state(topic, p)
+
     # -- health gauges -------------------------------------------------------------------------
 
     def refresh_health_gauges(self) -> None:
