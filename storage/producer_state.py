@@ -72,13 +72,26 @@ class ProducerStateManager:
     # -- the append path -----------------------------------------------------------------------
 
     def check(self, header: rb.BatchHeader) -> BatchMetadata | None:
-        """Validate an idempotent batch before it is written. Returns the metadata of the
-        original batch when this one is a retry of it; raises InvalidProducerEpoch for a fenced
-        producer and OutOfOrderSequence for a gap. Changes nothing."""
+        """Validate a client's idempotent batch before it is written; changes nothing.
+        Returns the metadata of the original batch when this one repeats one of its
+        producer's last five batches of the same epoch (write nothing, answer with the
+        original offsets).
+
+        The rules are Kafka's for appends from clients (``ProducerAppendInfo``
+        ``checkProducerEpoch`` and ``checkSequence``, 3.x and 4.x):
+
+        - A producer the log does not know (new, or its state expired or went with the
+          log's head) may write at any epoch and any sequence: since KIP-360 a leader that
+          lost a producer's state accepts it rather than fail a live producer. (So a client
+          must not let a later batch overtake a first one: see clients/producer_idempotence.)
+        - An epoch older than the producer's: InvalidProducerEpoch (the producer is fenced).
+        - A newer epoch starts at sequence 0, else OutOfOrderSequence.
+        - The same epoch continues at the sequence after its last batch (2**31 - 1 wraps to
+          0; a producer known only from a transaction marker starts at 0), else
+          OutOfOrderSequence.
+        """
         entry = self.producers.get(header.producer_id)
         if entry is None:
-            # No state (a new producer, or its state expired): accept any sequence, as Kafka
-            # does since KIP-360, rather than reject a producer the log merely forgot.
             return None
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpoch(

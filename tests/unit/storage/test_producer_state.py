@@ -138,3 +138,55 @@ def test_transaction_markers_are_not_sequence_checked(open_log):
                                      coordinator_epoch=0, timestamp=1)
     assert log.append_as_leader(marker, leader_epoch=0, allow_control=True).first_offset == 1
     assert log.append_as_leader(pbatch([2], seq=1), leader_epoch=0).first_offset == 2
+
+
+
+def test_a_producer_the_log_does_not_know_may_start_at_any_epoch_and_sequence(open_log):
+    """Kafka's rule since KIP-360: with no state for a producer there is no epoch or
+    sequence check; from its first batch on, its sequences are checked."""
+    log = open_log()
+    log.append_as_leader(pbatch([1], pid=5, epoch=3, seq=17), leader_epoch=0)
+    second = log.append_as_leader(pbatch([2], pid=5, epoch=3, seq=18), leader_epoch=0)
+    assert second.first_offset == 1
+    with pytest.raises(OutOfOrderSequence, match="sent sequence 20, expected 19"):
+        log.append_as_leader(pbatch([3], pid=5, epoch=3, seq=20), leader_epoch=0)
+
+
+def test_a_new_epoch_must_start_at_sequence_zero_even_right_after_the_old_ones_last(open_log):
+    """A bumped epoch does not continue the old epoch's sequences: it starts at 0."""
+    log = open_log()
+    log.append_as_leader(pbatch([1, 2], epoch=0, seq=0), leader_epoch=0)
+    with pytest.raises(OutOfOrderSequence, match="new epoch starts at sequence 0"):
+        log.append_as_leader(pbatch([3], epoch=1, seq=2), leader_epoch=0)
+    assert log.append_as_leader(pbatch([3], epoch=1, seq=0), leader_epoch=0).first_offset == 2
+
+
+def test_after_a_new_epoch_a_resend_from_the_old_epoch_is_fenced_not_a_duplicate(open_log):
+    """Once a producer wrote under a new epoch, its old epoch's batches are refused, even
+    one the log holds: the old epoch's duplicates are no longer answered."""
+    log = open_log()
+    log.append_as_leader(pbatch([1], epoch=0, seq=0), leader_epoch=0)
+    log.append_as_leader(pbatch([2], epoch=1, seq=0), leader_epoch=0)
+    with pytest.raises(InvalidProducerEpoch):
+        log.append_as_leader(pbatch([1], epoch=0, seq=0), leader_epoch=0)
+    assert log.log_end_offset == 2
+
+
+def test_a_producer_known_only_from_a_marker_starts_its_epoch_at_sequence_zero(open_log):
+    """A transaction marker makes the producer known with no batches: its data must then
+    start at sequence 0 of that epoch."""
+    from rafka.storage import record_batch as rb
+    log = open_log()
+    marker = rb.encode_control_batch(rb.ControlType.ABORT, producer_id=7, producer_epoch=2,
+                                     coordinator_epoch=0, timestamp=1)
+    log.append_as_leader(marker, leader_epoch=0, allow_control=True)
+    with pytest.raises(OutOfOrderSequence, match="expected 0"):
+        log.append_as_leader(pbatch([1], epoch=2, seq=4), leader_epoch=0)
+    assert log.append_as_leader(pbatch([1], epoch=2, seq=0), leader_epoch=0).first_offset == 1
+
+
+def test_sequences_wrap_from_the_largest_int_to_zero(open_log):
+    """After sequence 2**31 - 1 the next batch starts at 0, as in Kafka."""
+    log = open_log()
+    log.append_as_leader(pbatch([1, 2], seq=2**31 - 2), leader_epoch=0)
+    assert log.append_as_leader(pbatch([3], seq=0), leader_epoch=0).first_offset == 2
