@@ -4,9 +4,12 @@
 ``producer_accumulator``) and returns a future; a background sender thread
 (``producer_sender``) encodes and compresses each batch once, sends it to the partition's
 leader replica (one actor call per batch), and resolves the futures from the answer. Retriable
-errors are retried with backoff after a metadata refresh; with idempotence on (the default
-with ``acks="all"``) each batch carries the producer id and a per-partition sequence, so a
-batch resent after a lost answer is written once.
+errors are retried with backoff after a metadata refresh; a batch the topic refuses as too
+large is split, so only a record too large on its own fails. With idempotence on (the default
+with ``acks="all"``) each batch carries the producer id, an epoch and a per-partition
+sequence: a batch resent after a lost answer is written once, a batch that fails for good
+fails alone, and every acknowledged record is in the log once, in send order (the rules are
+in ``producer_idempotence``).
 
 Records sent without ``timestamp_ms`` take the time their batch was opened (ms); a batch is
 open for at most ``linger_ms`` or until it fills.

@@ -20,7 +20,6 @@ from rafka.clients.producer_batches import (
 )
 from rafka.clients.producer_config import ProducerConfig
 from rafka.errors import RequestTimedOut
-from rafka.storage import record_batch as rb
 
 
 class RecordAccumulator:
@@ -119,9 +118,8 @@ class RecordAccumulator:
         if self.sticky_batches.get(batch.topic) is batch:
             del self.sticky_batches[batch.topic]
         queue = self.queue(batch.topic, batch.partition)
-        if self.config.enable_idempotence:
-            batch.sequence = queue.next_sequence
-            queue.next_sequence = rb.increment_sequence(queue.next_sequence, batch.count)
+        batch.order = (queue.next_order,)
+        queue.next_order += 1
         queue.ready.append(batch)
         # Sticky partitioning moves null-key records on once their batch is sealed.
         meta = self._metadata.cached(batch.topic)  # never a controller call under the lock
@@ -163,10 +161,13 @@ class RecordAccumulator:
                 )
             self.wake.wait(remaining)
 
+    def replace(self, batch: ProducerBatch, parts: list[ProducerBatch]) -> None:
+        """``parts`` take the place of ``batch`` (split): they are counted as batches of
+        their own, it no longer is (its sizes are theirs). Lock held."""
+        self.outstanding += len(parts) - 1
+
     def release(self, batch: ProducerBatch) -> None:
         """Forget a batch that is done (acknowledged or failed). Lock held."""
-        if batch.attempts:
-            self.queues[(batch.topic, batch.partition)].unacked -= 1
         self.outstanding -= 1
         self.buffered -= batch.size
         self.wake.notify_all()

@@ -4,7 +4,10 @@ answers into completed futures or retries.
 
 Requests to one partition are numbered from 0 per session and the leader appends them in that
 order; a failure starts a new session. Retriable errors are retried with backoff after a
-metadata refresh; with idempotence each batch carries the producer id and a sequence number.
+metadata refresh. A batch the leader refuses as too large is split in two and each half sent
+in its place. With idempotence each batch carries a stamp (producer id, epoch, sequence), and
+``PartitionIdempotence`` decides the stamps, what may be sent, and what a failed batch becomes
+(see its module for the rules).
 """
 
 from __future__ import annotations
@@ -16,10 +19,17 @@ import time
 
 from rafka.clients.metadata import RECHECK_INTERVAL_S, SUSPECT_AFTER_S
 from rafka.clients.producer_accumulator import RecordAccumulator
-from rafka.clients.producer_batches import PartitionQueue, ProducerBatch
+from rafka.clients.producer_batches import PartitionQueue, ProducerBatch, split_in_halves
 from rafka.clients.producer_config import ProducerConfig
+from rafka.clients.producer_idempotence import (
+    EpochState,
+    PartitionIdempotence,
+    SendMode,
+    Verdict,
+)
 from rafka.errors import (
     IllegalState,
+    NotEnoughReplicas,
     NotLeaderOrFollower,
     OutOfOrderSequence,
     RafkaError,
@@ -28,9 +38,13 @@ from rafka.errors import (
     error_class,
 )
 from rafka.storage import record_batch as rb
-from rafka.storage.producer_state import BATCHES_KEPT
 
 log = logging.getLogger(__name__)
+
+#: Request-level errors that by their contract come before any append, so the request's
+#: batches are not written (Kafka's NOT_ENOUGH_REPLICAS; a failure after the append is
+#: NotEnoughReplicasAfterAppend). Any other request-level error may follow an append.
+_BEFORE_APPEND = (NotEnoughReplicas,)
 
 
 class Sender:
@@ -59,6 +73,8 @@ class Sender:
         self._queues = accumulator.queues
         self._completions: collections.deque = collections.deque()
         self._requests: set[_SentRequest] = set()  # produce calls awaiting an answer
+        self._ending: set[PartitionQueue] = set()  # partitions whose epoch awaits its bump
+        self._next_id_request = 0.0  # time.monotonic() before which not to ask again
         self._thread = threading.Thread(target=self._run, name="rafka-sender", daemon=True)
 
     def start(self) -> None:
@@ -74,8 +90,8 @@ class Sender:
         while True:
             if self._requests:
                 self._abandon_stalled()
-            if self._renewing:
-                self._renew_producer_ids()
+            if self._ending:
+                self._bump_epochs()
             with self._lock:
                 to_send = self._collect_sendable()
                 while not to_send and not self._completions:
@@ -87,25 +103,36 @@ class Sender:
                         r.sent_at for r in self._requests
                     ) > SUSPECT_AFTER_S:
                         break  # look for requests stuck at a leader that moved
+                    if self._bump_overdue():
+                        break  # ask the controller again for a producer id
                 completions = list(self._completions)
                 self._completions.clear()
-            for batch, answer, error in completions:
-                self._handle_answer(batch, answer, error)
+            for batch, answer, error, reached in completions:
+                self._handle_answer(batch, answer, error, reached)
             for request in to_send:
                 self._dispatch(request)
 
     def _next_wakeup(self) -> float | None:
+        """Seconds until the next linger or backoff deadline (None: none). Everything else
+        the sender waits for (answers, room in the queues) notifies ``wake``."""
         now = time.monotonic()
         deadlines = [b.created + self.config.linger_ms / 1000 for b in self._acc.open.values()]
-        deadlines += [q.ready[0].retry_at for q in self._queues.values() if q.ready]
+        for queue in self._queues.values():
+            if queue.ready:
+                deadlines.append(queue.ready[0].retry_at)
+                if queue.idempotence is not None and queue.idempotence.stamped:
+                    deadlines.extend(b.retry_at for b in queue.idempotence.stamped)
+        if self._ending:
+            deadlines.append(self._next_id_request)
+        deadlines = [d for d in deadlines if d > now]
         if self._requests:
             deadlines.append(now + RECHECK_INTERVAL_S)
         if not deadlines:
             return None
-        return max(0.0, min(deadlines) - now) + 0.0005
+        return min(deadlines) - now + 0.0005
 
     def _collect_sendable(self) -> list[list[ProducerBatch]]:
-        """Requests to send now: per partition, ready batches in sequence order, as many per
+        """Requests to send now: per partition, ready batches in send order, as many per
         request as fit in max_request_size (one actor call carries them all). Lock held."""
         now = time.monotonic()
         self._acc.seal_lingering(now)
@@ -113,39 +140,70 @@ class Sender:
         limit = self.config.max_in_flight
         budget = self.config.max_request_size
         idempotent = self.config.enable_idempotence
-        for queue in self._queues.values():
-            if queue.renew_id:
-                continue  # nothing goes out until the partition has its new producer id
+        for key, queue in self._queues.items():
+            if not queue.ready:
+                continue
+            mode = SendMode.PIPELINE
+            if idempotent:
+                if queue.idempotence is None:
+                    queue.idempotence = PartitionIdempotence(
+                        self.producer_id, self.producer_epoch, f"{key[0]}-{key[1]}"
+                    )
+                mode, chosen = queue.idempotence.next_send()
+                if mode is SendMode.NOTHING:
+                    continue
+                if mode is SendMode.RESOLVE:
+                    if not queue.in_flight and chosen.retry_at <= now:
+                        queue.ready.remove(chosen)
+                        self._take(queue, chosen)
+                        queue.requests_in_flight += 1
+                        queue.retrying = any(self._is_resend(b) for b in queue.ready)
+                        out.append([chosen])
+                    continue
+            alone = mode is SendMode.PROBE
             while queue.ready and queue.requests_in_flight < limit:
                 if queue.ready[0].retry_at > now:
                     break
-                if queue.retrying and queue.in_flight:
+                if (queue.retrying or alone) and queue.in_flight:
                     break  # resend in order: wait until everything older has answered
                 request: list[ProducerBatch] = []
                 size = 0
                 while queue.ready and queue.ready[0].retry_at <= now:
                     head = queue.ready[0]
-                    if request and (size + head.size > budget or head.attempts):
+                    resend = self._is_resend(head)
+                    if request and (size + head.size > budget or resend):
                         break
-                    if idempotent and not head.attempts and queue.unacked >= BATCHES_KEPT:
-                        # The leader remembers its last BATCHES_KEPT batches per producer:
-                        # more unacknowledged ones and a resent one could not be recognised.
-                        break
-                    if not head.attempts:
-                        queue.unacked += 1
+                    if idempotent and not queue.idempotence.may_send(head):
+                        break  # the window is full (see PartitionIdempotence)
                     queue.ready.popleft()
-                    queue.in_flight += 1
-                    queue.sent.add(head)
+                    self._take(queue, head)
                     request.append(head)
                     size += head.size
-                    if head.attempts:
-                        break  # a retried batch travels alone
+                    if resend:
+                        queue.retrying = any(self._is_resend(b) for b in queue.ready)
+                    if resend or alone:
+                        break  # a resent batch, or a probe, travels alone
                 if not request:
                     break
                 queue.requests_in_flight += 1
-                queue.retrying = any(b.attempts for b in queue.ready)
                 out.append(request)
+                if alone:
+                    break
         return out
+
+    def _take(self, queue: PartitionQueue, batch: ProducerBatch) -> None:
+        """Count ``batch`` as sent (stamping it if it has no stamp). Lock held."""
+        queue.in_flight += 1
+        if queue.idempotence is not None:
+            if batch.sequence == rb.NO_SEQUENCE:
+                queue.idempotence.stamp(batch)
+            queue.idempotence.sent(batch)
+
+    def _is_resend(self, batch: ProducerBatch) -> bool:
+        """A batch going out again as it was (an unstamped one goes out as if new)."""
+        if not self.config.enable_idempotence:
+            return batch.attempts > 0
+        return batch.attempts > 0 and batch.sequence != rb.NO_SEQUENCE
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -158,13 +216,12 @@ class Sender:
                 if batch.encoded is None:
                     batch.encoded = self._encode(batch)
                 batch.attempts += 1
-                batch.resequenced = False
             if len(request) == 1 and first.count > 1 and (
                 len(first.encoded) > config.max_request_size
             ):
-                raise RecordTooLarge(
+                raise RecordTooLarge(  # not sent: the batch is split (see _verdict)
                     f"batch of {first.count} records encodes to {len(first.encoded)} bytes,"
-                    f" over max_request_size={config.max_request_size}; lower batch_size"
+                    f" over max_request_size={config.max_request_size}"
                 )
             meta = self._metadata.topic(first.topic)
             replica = self._metadata.replica(meta, first.partition)
@@ -178,7 +235,7 @@ class Sender:
                 f"{self.client_id}.{queue.session}", request_no,
             )  # fmt: skip
         except RafkaError as e:
-            self._post_request(request, None, e)
+            self._post_request(request, None, e, reached=False)
             return
         if config.acks == 0:
             self._post_request(request, (0, "", -1, [(0, "", -1, -1)] * len(request)), None)
@@ -189,43 +246,42 @@ class Sender:
         future = self._gateway.future(ref)
         future.add_done_callback(lambda f, r=sent: self._post_request(r, *_outcome(f)))
 
-    @property
-    def _renewing(self) -> bool:
-        return any(q.renew_id for q in self._queues.values())
-
-    def _renew_producer_ids(self) -> None:
-        """For each partition whose batch failed for good after it may have been written,
-        once nothing of it is in flight: a fresh producer id, batches still waiting renumbered
-        from sequence 0 under it, and waiting batches that may have been written failed (a
-        resend under the new id could write them twice). Sender thread, lock not held."""
+    def _bump_epochs(self) -> None:
+        """Start the next epoch of every partition whose epoch has ended and is due (see
+        PartitionIdempotence.bump); a partition past the last epoch first gets a new producer
+        id from the controller. Sender thread, lock not held."""
         with self._lock:
-            idle = [q for q in self._queues.values() if q.renew_id and not q.in_flight]
-        for queue in idle:
+            due = [q for q in self._ending if q.idempotence.bump_due]
+            exhausted = [q for q in due if q.idempotence.needs_producer_id]
+            for queue in due:
+                if queue not in exhausted:
+                    self._bump(queue, None)
+        if not exhausted or time.monotonic() < self._next_id_request:
+            return
+        for queue in exhausted:
             try:
-                producer_id, epoch = self._gateway.call_controller("allocate_producer_id")
+                new_producer = self._gateway.call_controller("allocate_producer_id")
             except RafkaError as e:
-                log.warning("could not get a new producer id (%r); trying again", e)
+                log.warning("could not get a new producer id (%r); asking again", e)
+                self._next_id_request = time.monotonic() + self.config.retry_backoff_ms / 1000
                 return
-            doomed = []
             with self._lock:
-                queue.producer_id, queue.producer_epoch = producer_id, epoch
-                sequence = 0
-                for batch in list(queue.ready):
-                    if batch.maybe_written:
-                        queue.ready.remove(batch)
-                        doomed.append(batch)
-                        continue
-                    batch.sequence, batch.encoded = sequence, None
-                    sequence = rb.increment_sequence(sequence, batch.count)
-                queue.next_sequence = sequence
-                queue.retrying = any(b.attempts for b in queue.ready)
-                queue.renew_id = False
-                self._wake.notify_all()
-            for batch in doomed:
-                self._complete(batch, RequestTimedOut(
-                    f"a batch of {batch.topic}-{batch.partition} may or may not have been "
-                    "written: the leader's answer was lost and a later resend was refused"
-                ))  # fmt: skip
+                self._bump(queue, tuple(new_producer))
+
+    def _bump_overdue(self) -> bool:
+        """A bump is due that waits only for a new producer id, and it is time to ask."""
+        return (
+            bool(self._ending)
+            and time.monotonic() >= self._next_id_request
+            and any(q.idempotence.bump_due for q in self._ending)
+        )
+
+    def _bump(self, queue: PartitionQueue, new_producer: tuple[int, int] | None) -> None:
+        """Lock held."""
+        queue.idempotence.bump(new_producer)
+        self._ending.discard(queue)
+        queue.retrying = any(self._is_resend(b) for b in queue.ready)
+        self._wake.notify_all()
 
     def _abandon_stalled(self) -> None:
         """Requests outstanding for long whose partition's leader has moved since they were
@@ -244,10 +300,10 @@ class Sender:
                     f"{sent.leader.leader} while the request was outstanding"
                 ))  # fmt: skip
 
-    def _post_request(self, request, answer, error) -> None:
+    def _post_request(self, request, answer, error, reached: bool = True) -> None:
         """Turn one request's answer into one completion per batch. ``request`` is a list of
         batches, or a _SentRequest (answered once: a late answer to an abandoned request is
-        dropped)."""
+        dropped). ``reached``: False when the request failed before it left the client."""
         with self._lock:
             if isinstance(request, _SentRequest):
                 if request.settled:
@@ -266,21 +322,19 @@ class Sender:
                     error = error_class(answer[0])(answer[1])
             for i, batch in enumerate(request):
                 if error is not None:
-                    self._completions.append((batch, None, error))
+                    self._completions.append((batch, None, error, reached))
                 else:
                     errno, message, base_offset, append_time = answer[3][i]
                     self._completions.append(
-                        (batch, (errno, message, base_offset, append_time, answer[2]), None)
+                        (batch, (errno, message, base_offset, append_time, answer[2]), None, True)
                     )
             self._wake.notify_all()
 
     def _encode(self, batch: ProducerBatch) -> bytes:
-        queue = self._queues[(batch.topic, batch.partition)]
-        own = queue.producer_id is None
         common = dict(
             codec=self.config.compression,
-            producer_id=self.producer_id if own else queue.producer_id,
-            producer_epoch=self.producer_epoch if own else queue.producer_epoch,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
             base_sequence=batch.sequence,
         )  # fmt: skip
         if batch.packed is not None:
@@ -294,12 +348,13 @@ class Sender:
 
     # -- answers -------------------------------------------------------------------------------
 
-    def _handle_answer(self, batch: ProducerBatch, answer, error: BaseException | None) -> None:
-        if error is not None:
-            # A request-level failure or no answer at all: the batch may be in the log.
-            # (Per-batch errors in an answer mean the append refused it.)
-            batch.maybe_written = True
-        elif answer[0] != 0:
+    def _handle_answer(
+        self, batch: ProducerBatch, answer, error: BaseException | None, reached: bool
+    ) -> None:
+        # A request-level failure, or no answer at all, after the request left: the batch
+        # may be in the log. (A per-batch error in an answer means the append refused it.)
+        maybe_written = error is not None and reached and not isinstance(error, _BEFORE_APPEND)
+        if error is None and answer[0] != 0:
             error = error_class(answer[0])(answer[1])
         key = (batch.topic, batch.partition)
         if error is None:
@@ -307,59 +362,70 @@ class Sender:
             with self._lock:
                 queue = self._queues[key]
                 queue.in_flight -= 1
-                queue.sent.discard(batch)
+                if queue.idempotence is not None:
+                    queue.idempotence.acknowledged(batch)
             self._complete(batch, None)
             return
         with self._lock:
             queue = self._queues[key]
             queue.in_flight -= 1
-            queue.sent.discard(batch)
             queue.session += 1
             queue.next_request = 0
-            retry = self._should_retry(batch, error, queue)
-            if retry:
+            out_of_time = self._out_of_time(batch)
+            verdict = self._verdict(queue, batch, error, maybe_written, out_of_time)
+            if verdict is Verdict.SPLIT:
+                halves = split_in_halves(batch)
+                if queue.idempotence is not None:
+                    queue.idempotence.split(batch, halves)
+                self._acc.replace(batch, halves)
+                for half in reversed(halves):
+                    _insert_by_order(queue.ready, half)
+            elif verdict is not Verdict.FAIL:
                 batch.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
-                queue.retrying = True
-                _insert_by_sequence(queue.ready, batch)
-                self._wake.notify_all()
-            elif batch.maybe_written and batch.sequence != rb.NO_SEQUENCE:
-                queue.renew_id = True
-            else:
-                self._release_sequence(queue, batch)
-        if retry:
-            log.debug("retrying %s-%d after %r", batch.topic, batch.partition, error)
-            self._metadata.invalidate(batch.topic)
+                if verdict is Verdict.RESEND:
+                    queue.retrying = True
+                _insert_by_order(queue.ready, batch)
+            if queue.idempotence is not None and queue.idempotence.state is EpochState.ENDING:
+                self._ending.add(queue)
+            self._wake.notify_all()
+        if verdict is Verdict.FAIL:
+            self._complete(batch, _final_error(batch, error, out_of_time, self.config))
+        elif verdict is Verdict.SPLIT:
+            log.info("%s-%d: a batch of %d records is too large for the topic; splitting it",
+                     batch.topic, batch.partition, batch.count)  # fmt: skip
         else:
-            self._complete(batch, error)
+            log.debug("resending %s-%d after %r", batch.topic, batch.partition, error)
+            if not isinstance(error, OutOfOrderSequence):
+                self._metadata.invalidate(batch.topic)
 
-    def _should_retry(
-        self, batch: ProducerBatch, error: BaseException, queue: PartitionQueue
-    ) -> bool:
-        if self._acc.closed and not self._acc.flushing:
-            return False
-        if time.monotonic() - batch.created > self.config.delivery_timeout_ms / 1000:
-            return False
-        if batch.attempts > self.config.retries:
-            return False
-        if isinstance(error, OutOfOrderSequence):
-            # An earlier batch failed (and is being resent, or gave its sequence numbers
-            # back): this one is in order again once resent after it.
-            return batch.resequenced or any(
-                b.sequence < batch.sequence for b in (*queue.ready, *queue.sent)
+    def _verdict(
+        self,
+        queue: PartitionQueue,
+        batch: ProducerBatch,
+        error: BaseException,
+        maybe_written: bool,
+        out_of_time: bool,
+    ) -> Verdict:
+        if queue.idempotence is not None:
+            return queue.idempotence.failed(
+                batch, error, maybe_written=maybe_written, out_of_time=out_of_time
             )
-        return isinstance(error, RafkaError) and error.retriable
+        if out_of_time:
+            return Verdict.FAIL
+        if isinstance(error, RecordTooLarge) and batch.count > 1 and not maybe_written:
+            return Verdict.SPLIT
+        if isinstance(error, RafkaError) and error.retriable:
+            return Verdict.RESEND
+        return Verdict.FAIL
 
-    def _release_sequence(self, queue: PartitionQueue, failed: ProducerBatch) -> None:
-        """A batch failed for good and was not written: later batches move down into its
-        sequence numbers, so the leader sees no gap (Kafka's client does the same)."""
-        if failed.sequence == rb.NO_SEQUENCE:
-            return
-        for b in (*queue.ready, *queue.sent):
-            if b.sequence > failed.sequence:
-                b.sequence = rb.increment_sequence(b.sequence, -failed.count)
-                b.encoded = None
-                b.resequenced = True
-        queue.next_sequence = rb.increment_sequence(queue.next_sequence, -failed.count)
+    def _out_of_time(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` may not be sent again: the producer closed without flushing,
+        its delivery timeout passed, or its retries are spent."""
+        return (
+            (self._acc.closed and not self._acc.flushing)
+            or time.monotonic() - batch.created > self.config.delivery_timeout_ms / 1000
+            or batch.attempts > self.config.retries
+        )
 
     def _complete(self, batch: ProducerBatch, error: BaseException | None) -> None:
         batch.error = error
@@ -373,6 +439,14 @@ class Sender:
         batch.values = batch.keys = batch.headers = batch.encoded = batch.packed = None
         with self._lock:
             self._acc.release(batch)
+        # A split batch is done when its last part is (its futures wait on it).
+        parent = batch.parent
+        while parent is not None:
+            parent.pending_parts -= 1
+            if parent.pending_parts:
+                break
+            parent.done.set()
+            parent = parent.parent
 
 
 class _SentRequest:
@@ -392,14 +466,34 @@ def _outcome(future) -> tuple:
     return (None, error) if error is not None else (future.result(), None)
 
 
-def _insert_by_sequence(ready: collections.deque, batch: ProducerBatch) -> None:
-    """Put a batch back for resending: before every later sequence (idempotent), or first
-    (no sequences: the failed batch was the oldest sent)."""
-    if batch.sequence == rb.NO_SEQUENCE:
-        ready.appendleft(batch)
-        return
+def _insert_by_order(ready: collections.deque, batch: ProducerBatch) -> None:
+    """Put a batch back into the ready queue, before every batch sent after it."""
     for i, other in enumerate(ready):
-        if other.sequence > batch.sequence:
+        if other.order > batch.order:
             ready.insert(i, batch)
             return
     ready.append(batch)
+
+
+def _final_error(
+    batch: ProducerBatch, error: BaseException, out_of_time: bool, config: ProducerConfig
+) -> BaseException:
+    """The error a batch that failed for good completes with: its last error, unless it
+    may have been written, which the error must then say."""
+    if not batch.maybe_written:
+        return error
+    if not out_of_time:
+        why = "the leader refused a resend"
+    elif time.monotonic() - batch.created > config.delivery_timeout_ms / 1000:
+        why = f"no clear answer within delivery_timeout_ms={config.delivery_timeout_ms}"
+    elif batch.attempts > config.retries:
+        why = f"no clear answer in {batch.attempts} attempts (retries={config.retries})"
+    else:
+        why = "the producer was closed before the leader answered"
+    unclear = RequestTimedOut(
+        f"{batch.count} record(s) of {batch.topic}-{batch.partition} may or may not have been "
+        f"written: {why}; the last attempt ended with {type(error).__name__}: {error}. Read "
+        "the partition to find out before sending them again"
+    )
+    unclear.__cause__ = error
+    return unclear
