@@ -57,12 +57,12 @@ class BrokerWatch:
         return broker_id
 
     async def heartbeat(
-        self, disk: str, broker_id: int | None, rack: str | None, agent_start: str | None
+        self, disk: str, broker_id: int | None, rack: str | None, node_id: str | None
     ):
         """See ``Controller.heartbeat``."""
-        if broker_id is not None and self.core.agent_started(broker_id, agent_start):
-            self.core.logger.warning("broker %d restarted; its replicas are not elected until "
-                                     "they check in", broker_id)  # fmt: skip
+        if broker_id is not None and self.core.node_restarts.agent_seen(broker_id, node_id):
+            self.core.logger.warning("broker %d is on a new node; its replicas are not elected "
+                                     "until they check in", broker_id)  # fmt: skip
         known = self.core.image.brokers.get(broker_id) if broker_id is not None else None
         if known is None or known.disk != disk or known.rack != rack:
             broker_id = await self.register(disk, broker_id, rack)

@@ -97,12 +97,11 @@ class Controller:
 
     async def heartbeat(
         self, disk: str, broker_id: int | None, rack: str | None = None,
-        agent_start: str | None = None,
+        node_id: str | None = None,
     ):  # fmt: skip
-        """A node agent is alive (``agent_start``: a token fixed for the life of its
-        process). Registers its disk when needed; returns (broker id, heartbeat interval in
-        ms)."""
-        return await self.brokers.heartbeat(disk, broker_id, rack, agent_start)
+        """A node agent is alive, on Ray node ``node_id``. Registers its disk when needed;
+        returns (broker id, heartbeat interval in ms)."""
+        return await self.brokers.heartbeat(disk, broker_id, rack, node_id)
 
     async def fence_broker(self, broker_id: int) -> int:
         """Take ``broker_id`` out of every ISR and move the leadership it held; returns how
@@ -113,15 +112,15 @@ class Controller:
 
     async def replica_started(
         self, topic_id: str, partition: int, broker_id: int, clean: bool,
-        position: tuple[int, int] | None = None,
+        position: tuple[int, int] | None = None, node_id: str | None = None,
     ) -> tuple[dict | None, bool, int]:  # fmt: skip
         """A replica actor (re)started with its log, closed cleanly or not, at ``position``
         (the last leader epoch it wrote, its log end offset): decide what it is now. Answers
         (its state, True, its new replica epoch), or (None, False, -1) when it no longer
-        belongs to the partition."""
+        belongs to the partition. ``node_id``: the Ray node it runs on."""
         self.brokers.alive(broker_id)
         return await self.changes.replica_started(
-            topic_id, partition, broker_id, clean, position
+            topic_id, partition, broker_id, clean, position, node_id
         )
 
     async def replica_failed(

@@ -21,6 +21,7 @@ from typing import Any
 from rafka.cluster import controller as decide
 from rafka.cluster.liveness import BrokerLiveness
 from rafka.cluster.metadata import TopicState
+from rafka.cluster.node_restarts import NodeRestarts
 from rafka.cluster.metadata_log import MetadataLog
 from rafka.storage.config import LogConfig
 
@@ -43,12 +44,8 @@ class ControllerCore:
         self.logger = logger
         self.lock = asyncio.Lock()  # one metadata change at a time, in log order
         self.stopping = False  # set by ``rafka down``: silence is then no reason to act
-        # (topic id, partition, broker) of replicas whose node agent restarted (the node may
-        # have lost power) and that have not spoken since: until the replica checks in (or,
-        # if it never stopped, asks for its state) it may have lost its unflushed tail and
-        # is not elected. In memory: a controller restart forgets it (see the README).
-        self.awaiting_check_in: set[tuple[str, int, int]] = set()
-        self._agent_starts: dict[int, str] = {}  # broker id -> its agent's start token
+        # Replicas whose node restarted after they last checked in are not elected.
+        self.node_restarts = NodeRestarts()
         self._background: set[asyncio.Task] = set()
 
     @property
@@ -56,25 +53,17 @@ class ControllerCore:
         return self.store.image
 
     def electable(self, topic_id: str, partition: int) -> set[int]:
-        """The live brokers that may be elected for one partition: not those whose replica
-        of it has not spoken since its node agent restarted."""
-        awaiting = self.awaiting_check_in
-        return {
-            b for b in self.liveness.live() if (topic_id, partition, b) not in awaiting
-        }  # fmt: skip
+        """The live brokers that may be elected for one partition: not those whose node
+        restarted after their replica of it last checked in (see ``NodeRestarts``)."""
+        may_elect = self.node_restarts.may_elect
+        return {b for b in self.liveness.live() if may_elect((topic_id, partition, b))}
 
-    def agent_started(self, broker_id: int, start_token: str | None) -> bool:
-        """Note the start token a broker's node agent sent; True when it is a new agent
-        process (the node or the agent restarted), whose replicas are then awaited."""
-        if start_token is None:
-            return False
-        previous = self._agent_starts.get(broker_id)
-        self._agent_starts[broker_id] = start_token
-        if previous is None or previous == start_token:
-            return False
-        for topic, p in self.image.replicas_on(broker_id):
-            self.awaiting_check_in.add((topic.topic_id, p.partition, broker_id))
-        return True
+    def replicas_created(self, topic: TopicState, partitions, brokers=None) -> None:
+        """Replicas of ``partitions`` (on ``brokers``, or all their replicas) are about to be
+        created with empty logs on their brokers' current nodes."""
+        for p in partitions:
+            for b in p.replicas if brokers is None else brokers:
+                self.node_restarts.replica_created((topic.topic_id, p.partition, b))
 
     def reserve_replica_epoch(self) -> int:
         """A replica epoch for replicas about to be created, recorded first. Synchronous (one

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import uuid
 from typing import Any
 
 import ray
@@ -69,9 +68,9 @@ class NodeAgent:
         self.replicas: dict[str, Any] = {}
         self._controller = None
         self._heartbeats: asyncio.Task | None = None
-        # Fixed for this process's life: a new token tells the controller this node's
-        # replicas may have restarted (and lost unflushed records) and must check in.
-        self.start_token = uuid.uuid4().hex
+        # A new node tells the controller this disk's replicas restarted (and may have lost
+        # unflushed records): they are not elected until each has checked in.
+        self.node_id = ray.get_runtime_context().get_node_id()
         # Heartbeats start on their own: after a node comes back, Ray restarts this actor
         # and nobody else calls it.
         ray.get_runtime_context().current_actor.start_heartbeats.remote()
@@ -94,7 +93,7 @@ class NodeAgent:
             self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
         broker_id, self._interval_ms = await asyncio.wait_for(
             self._controller.heartbeat.remote(
-                self.disk, self.broker_id, self.rack, self.start_token
+                self.disk, self.broker_id, self.rack, self.node_id
             ), 10,
         )
         if broker_id != self.broker_id:

@@ -91,6 +91,7 @@ class PartitionChanges:
         calls.push_state(topic, new)
         added = [b for b in new.replicas if b not in old.replicas]
         if added:
+            self.core.replicas_created(topic, [new], added)
             self.core.spawn(calls.ensure({b: [calls.replica_state(topic, new, b)] for b in added}))
         removed = [b for b in old.replicas if b not in new.replicas]
         for b in removed:
@@ -138,7 +139,7 @@ class PartitionChanges:
 
     async def replica_started(
         self, topic_id: str, partition: int, broker_id: int, clean: bool,
-        position: tuple[int, int] | None,
+        position: tuple[int, int] | None, node_id: str | None = None,
     ) -> tuple[dict | None, bool, int]:  # fmt: skip
         """See ``Controller.replica_started`` (which also counts it as a heartbeat)."""
         core = self.core
@@ -150,7 +151,7 @@ class PartitionChanges:
             replica_epoch, records = decide.start_replica(core.image, topic_id, partition,
                                                           broker_id)  # fmt: skip
             core.store.append(records)
-            core.awaiting_check_in.discard((topic_id, partition, broker_id))
+            core.node_restarts.replica_seen((topic_id, partition, broker_id), node_id)
         await self.change(
             lambda t, q: elections.replica_restarted(
                 q, broker_id, core.electable(topic_id, partition) | {broker_id},
@@ -187,22 +188,10 @@ class PartitionChanges:
         )  # fmt: skip
 
     def partition_state(self, topic_id: str, partition: int, broker_id: int) -> dict | None:
-        """The current state of a partition, as its replica on ``broker_id`` sees it. A
-        replica that asks never stopped (a restarted one checks in first), so it may be
-        elected again, and is at once where the partition has no leader."""
+        """The current state of a partition, as its replica on ``broker_id`` sees it."""
         topic, p = self.find_partition(topic_id, partition)
         if p is None or broker_id not in p.replicas:
             return None
-        core = self.core
-        if (topic_id, partition, broker_id) in core.awaiting_check_in:
-            core.awaiting_check_in.discard((topic_id, partition, broker_id))
-            core.spawn(self.change(
-                lambda t, q: elections.elect_if_leaderless(
-                    q, core.electable(topic_id, partition), unclean_election_enabled(t),
-                    min_insync_replicas(t),
-                ),
-                only=[(topic, p)],
-            ))  # fmt: skip
         return self.calls.replica_state(topic, p, broker_id)
 
     async def alter_isr(

@@ -234,7 +234,7 @@ class PartitionReplica:
         while not self.closed:
             answer = await self.controller.call(
                 "replica_started", self.topic_id, self.partition, self.broker_id, clean,
-                position,
+                position, current_node_id(),
             )  # fmt: skip
             if answer is not None:
                 state, exists, replica_epoch = answer
@@ -463,3 +463,10 @@ def log_position(log: Log) -> tuple[int, int]:
     written = [e.epoch for e in log.epoch_cache.entries if e.start_offset < log.log_end_offset]
     return (written[-1] if written else -1, log.log_end_offset)
 
+
+def current_node_id() -> str | None:
+    """The Ray node this process runs on (None outside Ray)."""
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # not connected to Ray
+        return None

@@ -12,9 +12,10 @@ rafka's own plain-Python modules, called as the actors call them:
   decides the leaders' high watermarks and ISR proposals and the followers' truncation;
 - ``rafka.storage.leader_epoch.LeaderEpochCache`` (kept in memory) answers epoch lookups.
 
-Only the glue the actors provide is written here, after ``actors/controller.py`` and
-``actors/partition_replica.py``: heartbeats, the probe of a silent broker and fencing; state
-pushes to live brokers only, and the push of every hosted partition's state to a fenced
+Only the glue the actors provide is written here, after the Controller's parts
+(``actors/partition_changes.py``, ``actors/broker_watch.py``) and the replica's
+(``actors/partition_replica.py``, ``actors/replica_follower.py``): heartbeats, the probe
+of a silent broker and fencing; state pushes to live brokers only, and the push of every hosted partition's state to a fenced
 broker that comes back; the check-in of a restarted replica (with its incarnation, which the
 controller keeps per replica); the follower fetch loop (with its incarnation), its state pull
 after a second without progress (leaders never pull), truncation on divergence (also
