@@ -166,15 +166,22 @@ def test_truncating_to_a_segment_base_after_compaction_keeps_the_log_end_there(o
     assert log.append_as_leader(batch([b"next"], [b"j"]), leader_epoch=0).first_offset == 2
 
 
-def test_truncating_into_a_compacted_gap_keeps_the_log_end_across_a_reopen(open_log, clock):
-    """A truncation to an offset whose records compaction removed (below the high watermark,
-    as after an unclean election) ends the log at that offset, and a reopen agrees."""
+def log_with_a_deleted_key(open_log, clock):
+    """Offsets 0 (key j), 1 and 2 (key k, then its tombstone) in a rolled segment, and 3
+    (key m) in the active one: compaction past the tombstone horizon leaves a gap at 1-2."""
     log = open_log({**COMPACT, "delete.retention.ms": DAY})
     log.append_as_leader(batch([b"x"], [b"j"], timestamp=clock.now), leader_epoch=0)
     log.append_as_leader(batch([b"a"], [b"k"], timestamp=clock.now), leader_epoch=0)
     log.append_as_leader(batch([None], [b"k"], timestamp=clock.now), leader_epoch=0)
     log.roll()
     log.append_as_leader(batch([b"y"], [b"m"], timestamp=clock.now), leader_epoch=0)
+    return log
+
+
+def test_truncating_into_a_compacted_gap_keeps_the_log_end_across_a_reopen(open_log, clock):
+    """A truncation to an offset whose records compaction removed (below the high watermark,
+    as after an unclean election) ends the log at that offset, and a reopen agrees."""
+    log = log_with_a_deleted_key(open_log, clock)
     log.update_high_watermark(4)
     clock.advance(DAY + 1)
     compact(log, clock.now, force=True)  # offsets 1 and 2 are gone
@@ -190,12 +197,7 @@ def test_delete_records_into_a_compacted_gap_keeps_the_segment_that_holds_the_ga
         open_log, clock):
     """Deleting records up to an offset that compaction already removed keeps the segment
     whose range holds it, so the log start stays where asked, at or below the high watermark."""
-    log = open_log({**COMPACT, "delete.retention.ms": DAY})
-    log.append_as_leader(batch([b"x"], [b"j"], timestamp=clock.now), leader_epoch=0)
-    log.append_as_leader(batch([b"a"], [b"k"], timestamp=clock.now), leader_epoch=0)
-    log.append_as_leader(batch([None], [b"k"], timestamp=clock.now), leader_epoch=0)
-    log.roll()
-    log.append_as_leader(batch([b"y"], [b"m"], timestamp=clock.now), leader_epoch=0)
+    log = log_with_a_deleted_key(open_log, clock)
     log.update_high_watermark(2)
     log.checkpoint_high_watermark()  # the checkpoint lags the high watermark used below
     log.update_high_watermark(4)
