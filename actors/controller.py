@@ -86,8 +86,11 @@ class Controller:
             self.core.spawn(self.brokers.watch())
             self.core.spawn(self.changes.balance_leaders())
             self.core.spawn(self.changes.report_health())
-            # A leader fenced just before this controller (re)started was never told: the
-            # new controller sees every broker as live, so no "broker back" push would come.
+            # A partition the crash left without a leader gets one (no broker will come back
+            # from fencing to ask), and a leader fenced just before the restart, never told,
+            # learns it: the new controller sees every broker as live, so no "broker back"
+            # push would come.
+            self.core.spawn(self.changes.elect_leaderless())
             self.changes.push_all()
 
     # -- brokers -------------------------------------------------------------------------------

@@ -97,6 +97,16 @@ class PartitionChanges:
         for b in removed:
             self.core.spawn(calls.delete_replica(topic, old, b))
 
+    async def elect_leaderless(self) -> int:
+        """A leader for every partition without a live one, where a candidate may lead."""
+        core = self.core
+        return await self.change(
+            lambda t, p: elections.elect_if_leaderless(
+                p, core.electable(t.topic_id, p.partition), unclean_election_enabled(t),
+                min_insync_replicas(t),
+            )
+        )  # fmt: skip
+
     def push_all(self) -> None:
         """Tell every live replica its partition's current state (after a controller start:
         a push made before a crash may never have arrived)."""

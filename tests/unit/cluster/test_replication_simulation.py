@@ -63,8 +63,9 @@ I. (glue, proposed rule ``live_after_checkin``, on by default) a broker whose pr
    tail, and a replica that kept the records truncated them (seed 22 with correlated faults
    and ``lossy_rule="any"`` before the rule). The simulation's controller now counts a
    restarted broker for a partition's elections only once its replica of it checked in since
-   (the heartbeat names the broker's process). ``actors/controller.py`` lacks it: the node
-   agent's heartbeat would carry its start count and the replica's check-in the same.
+   (the heartbeat names the broker's process). rafka's controller does the same with Ray
+   node ids (``rafka.cluster.node_restarts``: the agent's heartbeat and the replica's
+   check-in each name their node).
 J. (rules, open) a replica that leaves the ISR while the rest still meets min ISR is no
    candidate; if the rest then loses its unflushed tails in the same power loss, before the
    controller learns it, every candidate restarts uncleanly and the longest of *their* logs
@@ -75,8 +76,12 @@ J. (rules, open) a replica that leaves the ISR while the rest still meets min IS
    every replica) to report their log positions and take the longest.
    ``test_open_gap_j_loses_what_a_replica_kept`` keeps the seeds (strict xfail).
 
-Also proposed here for ``actors/controller.py``: ``controller_restart_pushes``, a restarted
-controller pushes every partition's state once (a leader fenced before the restart never pulls).
+K. (glue, rule ``controller_restart_pushes``) a controller that restarted while a partition
+   had no leader never elected one, though its last ISR member was live: nothing asked (no
+   broker came back from fencing), so the cluster never converged (seed 3084 of the flushed
+   correlated mix). A restarted controller now elects where no leader is and pushes every
+   partition's state once (a leader fenced before the restart never pulls); so does
+   ``Controller.start``.
 
 ``test_each_fixed_seed_fails_without_its_rule`` keeps the seeds that showed them.
 """
@@ -87,7 +92,7 @@ from collections import Counter
 
 import pytest
 
-from tests.unit.cluster.sim.config import LIVE_AFTER_CHECKIN
+from tests.unit.cluster.sim.config import CONTROLLER_RESTART_PUSHES, LIVE_AFTER_CHECKIN
 from tests.unit.cluster.simulation import PROPOSALS, SimConfig, Simulation
 
 SEEDS = 2000
@@ -162,18 +167,20 @@ def test_correlated_faults_lose_nothing_when_every_append_is_flushed(min_isr):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("first", range(300, 2300, 1000), ids=lambda f: f"seeds_{f}_{f + 999}")
+@pytest.mark.parametrize("first", range(300, 4300, 1000), ids=lambda f: f"seeds_{f}_{f + 999}")
 def test_correlated_faults_large_sweep(first):
     """The flushed correlated mix over thousands more seeds."""
     _sweep(range(first, first + 1000), **FLUSHED)
 
 
-@pytest.mark.xfail(strict=True, reason="not yet diagnosed: the flushed correlated mix does not "
-                   "converge within 60 s of healing")
-def test_seed_3084_converges_after_correlated_faults():
-    """Seed 3084 of the flushed correlated mix converges after healing."""
+def test_a_partition_leaderless_at_a_controller_restart_gets_a_leader():
+    """Seed 3084 of the flushed correlated mix: the controller restarts while the partition
+    has no leader and its last ISR member is live; the new controller elects it (nothing else
+    would ask), and without that rule the cluster never converges."""
     _, failure = _run(3084, **FLUSHED)
     assert failure is None, failure
+    _, failure = _run(3084, proposed=PROPOSALS - {CONTROLLER_RESTART_PUSHES}, **FLUSHED)
+    assert failure is not None and "did not converge" in failure
 
 
 @pytest.mark.parametrize("seed, config", sorted(FIXED))

@@ -97,7 +97,12 @@ class Controller:
         sched.after(self.sim.rng.randrange(self.cfg.controller_tick_ms), self.tick, self.process)
         sched.after(self.cfg.preferred_leader_ms, self.preferred_leader_tick, self.process)
         if self.process > 1 and CONTROLLER_RESTART_PUSHES in self.cfg.proposed:
+            live = self.live()
             for p in sorted(self.states):
+                # ``Controller.start``: a partition left without a leader by the crash gets
+                # one now; nothing else would ask (no broker comes back from fencing).
+                self._apply(elections.elect_if_leaderless(self.states[p], self.live_for(p, live),
+                                                          False, self.min_isr))  # fmt: skip
                 self._push(p)
 
     def crash(self) -> None:
