@@ -152,6 +152,16 @@ class BrokerCalls:
                 continue
             handle.update_state.remote(self.replica_state(topic, p, broker_id))
 
+    def confirm_replica_epoch(
+        self, topic: TopicState, p: PartitionState, broker_id: int, recorded: int
+    ) -> None:
+        """Ask the replica of ``p`` on ``broker_id`` to check in again if it runs in an older
+        replica epoch than ``recorded`` (see ``PartitionReplica.confirm_replica_epoch``)."""
+        try:
+            self.replica(topic, p, broker_id).confirm_replica_epoch.remote(recorded)
+        except ValueError:  # no such actor: it is restarting and will check in
+            pass
+
     async def delete_replica(self, topic: TopicState, p: PartitionState, broker_id: int):
         """Have the agent of ``broker_id`` delete its replica of ``p`` (moved away)."""
         try:

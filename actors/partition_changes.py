@@ -229,6 +229,14 @@ class PartitionChanges:
         await self.change(decide_one, only=[(topic, p)])
         topic, p = self.find_partition(topic_id, partition)
         state = self.calls.replica_state(topic, p, leader) if p is not None else None
+        if refusal and p is not None:
+            # A joiner the leader saw in an older replica epoch than the recorded one is asked
+            # to confirm it: if that replica is alive in the older epoch, the record came from
+            # a dead life's late check-in, and it would otherwise never join again.
+            seen = incarnations or {}
+            for b in new_isr:
+                if b not in p.isr and b in current and seen.get(b, -1) < current[b]:
+                    self.calls.confirm_replica_epoch(topic, p, b, current[b])
         if refusal:
             return refusal[0].errno, str(refusal[0]), state
         return 0, "", state

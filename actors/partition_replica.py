@@ -255,6 +255,24 @@ class PartitionReplica:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
+    async def confirm_replica_epoch(self, recorded: int) -> None:
+        """The controller recorded ``recorded`` as this replica's epoch, newer than the one
+        this (running, checked-in) life holds: Ray runs one life of an actor at a time, so
+        the record came from a dead life's late check-in. Check in again, cleanly (this life
+        lost nothing), so that fetches carry a current epoch and the replica can rejoin."""
+        if self.closed or not self.checked_in or recorded <= self.replica_epoch:
+            return
+        self.logger.warning("replica epoch %d is older than the recorded %d; checking in "
+                            "again", self.replica_epoch, recorded)  # fmt: skip
+        answer = await self.controller.call(
+            "replica_started", self.topic_id, self.partition, self.broker_id, True,
+            log_position(self.log), current_node_id(),
+        )  # fmt: skip
+        if answer is not None and answer[1]:
+            state, _, replica_epoch = answer
+            self.replica_epoch = max(self.replica_epoch, replica_epoch)
+            self.adopt(state)
+
     async def update_state(self, state: dict[str, Any]) -> None:
         """The controller's new view of this partition: a whole state, or a config change."""
         if self.closed:
@@ -465,8 +483,7 @@ def log_position(log: Log) -> tuple[int, int]:
 
 
 def current_node_id() -> str | None:
-    """The Ray node this process runs on (None outside Ray)."""
-    try:
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # not connected to Ray
+    """The Ray node this process runs on (None outside Ray; never starts Ray)."""
+    if not ray.is_initialized():
         return None
+    return ray.get_runtime_context().get_node_id()

@@ -8,9 +8,11 @@ KIP-966's eligible leader replicas):
 - a leader comes from the candidates (the ISR, then the eligible leader replicas), preferred
   order first (``replicas[0]`` is preferred), skipping any that restarted after an unclean
   shutdown while a candidate that did not may still come back;
-- when every candidate restarted uncleanly (a correlated power loss), the one with the
-  longest log, by (last leader epoch, log end offset), leads and becomes the ISR alone; until
-  every candidate has reported, the partition waits without a leader;
+- when every candidate restarted uncleanly (a correlated power loss), the replica with the
+  longest log, by (last leader epoch, log end offset), among every replica that reported one
+  since the partition lost its leader, leads and becomes the ISR alone: a replica that left
+  the ISR while it still met min ISR may have kept committed records its candidates lost;
+  until every candidate has reported, the partition waits without a leader;
 - only with ``unclean.leader.election.enable`` may a replica outside the candidates lead,
   and then the ISR becomes that replica alone;
 - a replica that leaves the ISR while the ISR is below ``min.insync.replicas`` becomes an
@@ -58,7 +60,7 @@ def choose_leader(
     if p.leader != NO_LEADER and p.leader in live and p.leader in p.isr:
         return p.leader, "kept"
     ordered = _preferred_order(p)
-    marked = p.unclean_candidates
+    marked = p.unclean_logs
     for group in (p.isr, p.elr):
         for b in ordered:
             if b in group and b in live and b not in marked:
@@ -66,7 +68,7 @@ def choose_leader(
     candidates = p.candidates
     if candidates and all(b in marked for b in candidates):
         # Ties go to the preferred order: max() keeps the first of equal keys.
-        best = max((b for b in ordered if b in candidates), key=lambda b: marked[b])
+        best = max((b for b in ordered if b in marked), key=lambda b: marked[b])
         if best in live:
             return best, "longest"
     if unclean:
@@ -106,11 +108,11 @@ def _elected(
     none may lead yet). Candidates that restarted uncleanly leave the ISR and the eligible
     replicas once any leader is chosen: the leader's log is the truth from then on."""
     leader, how = choose_leader(p, live, unclean)
-    marked = p.unclean_candidates
+    marked = p.unclean_logs
     if how in ("longest", "unclean"):
-        return dict(leader=leader, isr=[leader], elr=[], unclean_candidates={})
+        return dict(leader=leader, isr=[leader], elr=[], unclean_logs={})
     if how == "none":
-        return dict(leader=NO_LEADER, isr=p.isr, elr=p.elr, unclean_candidates=marked)
+        return dict(leader=NO_LEADER, isr=p.isr, elr=p.elr, unclean_logs=marked)
     clean_isr = [b for b in p.isr if b not in marked]
     if leader in p.isr:
         isr = clean_isr
@@ -118,7 +120,7 @@ def _elected(
         isr = [leader] + [b for b in clean_isr if b in live]
     candidates = [b for b in p.candidates if b not in marked and b not in isr]
     elr = [] if len(isr) >= _effective_min_isr(p, min_isr) else candidates
-    return dict(leader=leader, isr=isr, elr=elr, unclean_candidates={})
+    return dict(leader=leader, isr=isr, elr=elr, unclean_logs={})
 
 
 def _changed(p: PartitionState, fields: dict) -> PartitionState | None:
@@ -137,10 +139,10 @@ def fence_broker(
         return None
     isr = [b for b in p.isr if b != broker] or [broker]
     elr = _shrunk(p, isr, min_isr)
-    marked = {b: v for b, v in p.unclean_candidates.items() if b in isr or b in elr}
+    marked = dict(p.unclean_logs)
     live = [b for b in live if b != broker]
     shrunk = replace(p, leader=NO_LEADER if p.leader == broker else p.leader, isr=isr,
-                     elr=elr, unclean_candidates=marked)  # fmt: skip
+                     elr=elr, unclean_logs=marked)  # fmt: skip
     return _changed(p, _elected(shrunk, live, unclean, min_isr))
 
 
@@ -155,7 +157,7 @@ def replica_failed(
     if fenced is None or broker not in fenced.elr:
         return fenced
     fenced.elr = [b for b in fenced.elr if b != broker]
-    fenced.unclean_candidates.pop(broker, None)
+    fenced.unclean_logs.pop(broker, None)
     return fenced
 
 
@@ -202,10 +204,9 @@ def replica_restarted(
         isr = [b for b in p.isr if b != broker]
         elr = [b for b in p.elr if b != broker]
         return _changed(p, dict(isr=isr, elr=elr))
-    marked = dict(p.unclean_candidates)
-    if broker in p.candidates:
-        marked[broker] = tuple(position) if position is not None else UNKNOWN_POSITION
-    fields = _elected(replace(p, leader=NO_LEADER, unclean_candidates=marked), live, unclean,
+    marked = dict(p.unclean_logs)
+    marked[broker] = tuple(position) if position is not None else UNKNOWN_POSITION
+    fields = _elected(replace(p, leader=NO_LEADER, unclean_logs=marked), live, unclean,
                       min_isr)  # fmt: skip
     new = _with(p, **fields)
     if p.leader == broker:
@@ -331,7 +332,7 @@ def complete_reassignment(
         p, replicas=target, isr=isr, adding=[], removing=[],
         leader=p.leader if p.leader in target else NO_LEADER,
         elr=[b for b in p.elr if b in target],
-        unclean_candidates={b: v for b, v in p.unclean_candidates.items() if b in target},
+        unclean_logs={b: v for b, v in p.unclean_logs.items() if b in target},
     )  # fmt: skip
     fields = _elected(candidate, live, unclean, min_isr)
     return _with(p, replicas=target, adding=[], removing=[], **fields)

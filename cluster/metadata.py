@@ -9,7 +9,7 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
     partition   {topic_id, partition, replicas, isr,   a partition was created or its
                  leader, leader_epoch,                 leadership, ISR or replica set
                  partition_epoch, adding, removing,    changed (whole state)
-                 elr, unclean_candidates}
+                 elr, unclean_logs}
     config      {topic_id, config}                     a topic's overrides were replaced
     delete      {topic_id}                             a topic was deleted
     producer_ids {next}                                ids below ``next`` are handed out
@@ -50,9 +50,10 @@ class PartitionState:
     still hold every committed record: they left the ISR while it was below
     ``min.insync.replicas``, and a leader does not advance its high watermark then, so
     nothing was committed without them. ``isr`` and ``elr`` are disjoint; together they are
-    the *candidates* for leadership. ``unclean_candidates`` are candidates that restarted
-    after an unclean shutdown while the partition had no leader (so they may have lost their
-    unflushed tail), with the log position each reported; a key is always a candidate."""
+    the *candidates* for leadership. ``unclean_logs`` are the replicas that restarted after an
+    unclean shutdown while the partition had no leader (so they may have lost their unflushed
+    tail), with the log position each reported: candidates among them are not preferred, and
+    once every candidate is among them the longest of all their logs leads."""
 
     partition: int
     replicas: list[int]
@@ -63,7 +64,7 @@ class PartitionState:
     adding: list[int] = field(default_factory=list)
     removing: list[int] = field(default_factory=list)
     elr: list[int] = field(default_factory=list)
-    unclean_candidates: dict[int, LogPosition] = field(default_factory=dict)
+    unclean_logs: dict[int, LogPosition] = field(default_factory=dict)
 
     def to_record(self, topic_id: str) -> dict[str, Any]:
         return {
@@ -73,7 +74,7 @@ class PartitionState:
             "adding": list(self.adding), "removing": list(self.removing),
             "elr": list(self.elr),
             # msgpack maps need string keys: a list of [broker, epoch, end] instead.
-            "unclean_candidates": [[b, e, o] for b, (e, o) in self.unclean_candidates.items()],
+            "unclean_logs": [[b, e, o] for b, (e, o) in self.unclean_logs.items()],
         }  # fmt: skip
 
     @classmethod
@@ -83,7 +84,7 @@ class PartitionState:
             record["leader"], record["leader_epoch"], record.get("partition_epoch", 0),
             list(record.get("adding", ())), list(record.get("removing", ())),
             list(record.get("elr", ())),
-            {b: (e, o) for b, e, o in record.get("unclean_candidates", ())},
+            {b: (e, o) for b, e, o in record.get("unclean_logs", ())},
         )  # fmt: skip
 
     @property

@@ -234,7 +234,7 @@ def test_unclean_restart_of_the_leader_whose_other_isr_members_are_dead():
     lets the restarted replica lead alone."""
     p = ps(isr=[0, 1])
     new = replica_restarted(p, 0, {0, 2}, unclean=False, clean=False, position=(5, 90))
-    assert (new.leader, new.isr, new.unclean_candidates) == (NO_LEADER, [0, 1], {0: (5, 90)})
+    assert (new.leader, new.isr, new.unclean_logs) == (NO_LEADER, [0, 1], {0: (5, 90)})
     assert bumped(p, new, leader_changed=True)
     new = replica_restarted(p, 0, {0}, unclean=True, clean=False)
     assert (new.leader, new.isr) == (0, [0])

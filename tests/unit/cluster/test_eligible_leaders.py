@@ -81,16 +81,27 @@ def test_a_replica_outside_the_candidates_never_leads_without_unclean_election()
 # -- correlated power loss ---------------------------------------------------------------------
 
 
-def test_correlated_power_loss_elects_the_longest_log_among_the_candidates():
+def test_correlated_power_loss_elects_the_longest_log_once_every_candidate_reported():
     """Every replica restarts uncleanly: the partition waits until every candidate has
     reported, then the longest log (epoch first, then end offset) leads alone."""
     p = all_lose_power(ps())
-    p = replica_restarted(p, 0, set(), False, clean=False, position=(5, 500), min_isr=MIN_ISR) or p
-    assert p.leader == NO_LEADER  # 0 is not a candidate, however long its log
+    p = replica_restarted(p, 0, set(), False, clean=False, position=(5, 100), min_isr=MIN_ISR) or p
+    assert p.leader == NO_LEADER  # 0 is not a candidate: candidates may hold more
     p = replica_restarted(p, 1, {0}, False, clean=False, position=(5, 120), min_isr=MIN_ISR)
-    assert p.leader == NO_LEADER and p.unclean_candidates == {1: (5, 120)}
+    assert p.leader == NO_LEADER and p.unclean_logs == {0: (5, 100), 1: (5, 120)}
     p = replica_restarted(p, 2, {0, 1}, False, clean=False, position=(5, 110), min_isr=MIN_ISR)
-    assert (p.leader, p.isr, p.elr, p.unclean_candidates) == (1, [1], [], {})
+    assert (p.leader, p.isr, p.elr, p.unclean_logs) == (1, [1], [], {})
+
+
+def test_a_replica_outside_the_candidates_wins_with_a_longer_log_than_theirs():
+    """Replica 0 left the ISR while it still met min ISR, so it is no candidate; but when
+    every candidate lost its tail, its longer log of the same epoch holds records they lost,
+    and it leads rather than have it truncate them."""
+    p = all_lose_power(ps())
+    p = replica_restarted(p, 0, set(), False, clean=False, position=(5, 500), min_isr=MIN_ISR) or p
+    p = replica_restarted(p, 1, {0}, False, clean=False, position=(5, 120), min_isr=MIN_ISR)
+    p = replica_restarted(p, 2, {0, 1}, False, clean=False, position=(5, 110), min_isr=MIN_ISR)
+    assert (p.leader, p.isr) == (0, [0])
 
 
 def test_the_last_isr_member_does_not_win_with_a_shorter_log():
@@ -108,7 +119,7 @@ def test_a_clean_candidate_is_preferred_over_unclean_ones():
     p = all_lose_power(ps())
     p = replica_restarted(p, 1, {0}, False, clean=False, position=(5, 999), min_isr=MIN_ISR)
     p = replica_restarted(p, 2, {0, 1}, False, clean=True, position=(5, 100), min_isr=MIN_ISR)
-    assert (p.leader, p.isr, p.elr, p.unclean_candidates) == (2, [2], [], {})
+    assert (p.leader, p.isr, p.elr, p.unclean_logs) == (2, [2], [], {})
 
 
 def test_an_unclean_restart_while_another_replica_leads_leaves_the_candidates():

@@ -83,7 +83,7 @@ def topic_record(topic_id="t1", name="orders", config=None, internal=False) -> d
 
 def partition_record(
     topic_id="t1", partition=0, replicas=(0, 1), isr=None, leader=None, leader_epoch=0,
-    partition_epoch=0, adding=(), removing=(), elr=(), unclean_candidates=(),
+    partition_epoch=0, adding=(), removing=(), elr=(), unclean_logs=(),
 ) -> dict:  # fmt: skip
     replicas = list(replicas)
     return {
@@ -91,7 +91,7 @@ def partition_record(
         "replicas": replicas, "isr": list(isr if isr is not None else replicas),
         "leader": replicas[0] if leader is None else leader, "leader_epoch": leader_epoch,
         "partition_epoch": partition_epoch, "adding": list(adding), "removing": list(removing),
-        "elr": list(elr), "unclean_candidates": [list(c) for c in unclean_candidates],
+        "elr": list(elr), "unclean_logs": [list(c) for c in unclean_logs],
     }  # fmt: skip
 
 

@@ -66,14 +66,15 @@ I. (glue, proposed rule ``live_after_checkin``, on by default) a broker whose pr
    (the heartbeat names the broker's process). rafka's controller does the same with Ray
    node ids (``rafka.cluster.node_restarts``: the agent's heartbeat and the replica's
    check-in each name their node).
-J. (rules, open) a replica that leaves the ISR while the rest still meets min ISR is no
-   candidate; if the rest then loses its unflushed tails in the same power loss, before the
-   controller learns it, every candidate restarts uncleanly and the longest of *their* logs
-   leads, while the replica that left holds every committed record intact and truncates them
-   away on return. Physics kept the records; rafka loses them (as Kafka's KIP-966 unclean
-   recovery, which looks only at ISR and ELR). Needs a rule in ``rafka.cluster.elections``:
-   when every candidate restarted uncleanly, wait for the last replicas to leave the ISR (or
-   every replica) to report their log positions and take the longest.
+J. (rules, narrowed, open) a replica that leaves the ISR while the rest still meets min ISR
+   is no candidate; if the rest then loses its unflushed tails in the same power loss, every
+   candidate restarts uncleanly and the longest log leads, while the replica that left may
+   hold committed records intact and truncates them away on return. ``rafka.cluster.
+   elections`` now takes the longest log among *every* replica that reported one since the
+   partition lost its leader, candidate or not, so a replica that left and restarted too
+   wins with its longer log. Still open: one that is down when the last candidate reports
+   (Kafka's KIP-966 recovery also looks only at its candidates); waiting for every replica
+   would leave the partition without a leader while any broker stays down.
    ``test_open_gap_j_loses_what_a_replica_kept`` keeps the seeds (strict xfail).
 
 K. (glue, rule ``controller_restart_pushes``) a controller that restarted while a partition
@@ -194,8 +195,8 @@ def test_each_fixed_seed_fails_without_its_rule(seed, config):
 
 
 @pytest.mark.xfail(strict=True, reason="gap J: when every candidate restarted uncleanly, the "
-                   "longest candidate log leads though a replica outside the candidates kept "
-                   "every committed record; the rule belongs in rafka.cluster.elections")
+                   "longest reported log leads though a replica outside the candidates, down "
+                   "at the time, kept every committed record")
 @pytest.mark.parametrize("seed, config", GAP_J)
 def test_open_gap_j_loses_what_a_replica_kept(seed, config):
     """Correlated power loss of every candidate keeps what a replica outside them holds."""

@@ -97,7 +97,7 @@ class Checker:
         state = sim.controller.states[p]
         # Candidates that restarted uncleanly may lack records: they lead only if every
         # candidate did.
-        clean_candidates = [b for b in state.candidates if b not in state.unclean_candidates]
+        clean_candidates = [b for b in state.candidates if b not in state.unclean_logs]
         for b in sim.partitions[p]:
             broker = sim.brokers[b]
             if not broker.up:

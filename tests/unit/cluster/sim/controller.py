@@ -243,6 +243,12 @@ class Controller:
         except RafkaError as e:
             error = type(e).__name__
             self.sim.stats["isr_refused"] += 1
+            # ``PartitionChanges.alter_isr``: a joiner seen in an older replica epoch than the
+            # recorded one is asked to confirm it (a late check-in of a dead life may have
+            # recorded the newer one, and the live replica would never join again).
+            for j in isr:
+                if j in current and incarnations.get(j, -1) < current[j]:
+                    self.sim.network.send(j, "confirm_epoch", p, current[j])
         self._answer(b, "isr_answer", p, req, error, State.of(self.states[p]))
 
     def on_pull_state(self, p: int, b: int, req: int) -> None:

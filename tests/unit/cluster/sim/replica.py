@@ -104,8 +104,24 @@ class Replica:
         self._send(CONTROLLER, "replica_started", self.b, False, position, self.broker.process,
                    self.checkin_req)  # fmt: skip
 
+    def on_confirm_epoch(self, recorded: int) -> None:
+        """``PartitionReplica.confirm_replica_epoch``: this live life holds an older replica
+        epoch than the controller recorded, so the record came from a dead life's late
+        check-in: check in again, cleanly (this life lost nothing), for a current epoch."""
+        if not self.checked_in or recorded <= self.incarnation:
+            return
+        self.sim.stats["epoch_confirmations"] += 1
+        self.checkin_req = self.sim.next_id()
+        position = (self.disk.cache.latest_epoch, len(self.disk.log))
+        self._send(CONTROLLER, "replica_started", self.b, True, position, self.broker.process,
+                   self.checkin_req)  # fmt: skip
+
     def on_checkin_answer(self, req: int, replica_epoch: int, state: State) -> None:
-        if self.checked_in or req != self.checkin_req:
+        if req != self.checkin_req:
+            return
+        if self.checked_in:  # the answer to a confirmation
+            self.incarnation = max(self.incarnation, replica_epoch)
+            self.adopt(state)
             return
         self.checked_in = True
         self.incarnation = replica_epoch
