@@ -239,3 +239,30 @@ def test_the_checker_catches_a_broken_rule(broken, config):
             print(failure.splitlines()[0])
             return
     pytest.fail(f"no seed in 400 caught broken rule {broken!r}")
+
+
+def test_the_printed_replay_reproduces_the_failure():
+    """The ``simulation.replay(...)`` call and the command line a failure prints both run the
+    same failure again, with every knob the failing run had."""
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.unit.cluster import simulation
+
+    seed, config = 22, dict(correlated=True, lossy_rule="any",
+                            proposed=PROPOSALS - {LIVE_AFTER_CHECKIN})  # fmt: skip
+    _, failure = _run(seed, **config)
+    assert failure is not None
+    first_line = failure.splitlines()[0]
+    call = next(line for line in failure.splitlines() if "simulation.replay(" in line)
+    call = call.split("or: ", 1)[1]
+    with pytest.raises(AssertionError) as again:
+        eval(call, {"simulation": simulation})  # noqa: S307 - the simulation's own output
+    assert str(again.value).splitlines()[0] == first_line
+    command = next(line for line in failure.splitlines() if line.startswith("replay: "))
+    argv = shlex.split(command.split("replay: ", 1)[1].replace(" --verbose", ""))
+    assert argv[:3] == ["python", "-m", "tests.unit.cluster.simulation"]
+    done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert first_line in done.stdout + done.stderr
