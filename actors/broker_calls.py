@@ -20,6 +20,7 @@ import ray
 
 from rafka.actors.controller_core import ControllerCore
 from rafka.actors.placement import agent_name, replica_name
+from rafka.cluster import node_restarts
 from rafka.cluster.metadata import PartitionState, TopicState
 from rafka.errors import BrokerNotAvailable
 
@@ -136,9 +137,21 @@ class BrokerCalls:
         epoch = self.core.reserve_replica_epoch()
         stamped = {b: [{**s, "replica_epoch": epoch} for s in states]
                    for b, states in by_broker.items()}  # fmt: skip
-        await asyncio.gather(
-            *(self.call_agent(b, "ensure_replicas", s) for b, s in stamped.items())
+        brokers = list(stamped)
+        answers = await asyncio.gather(
+            *(self.call_agent(b, "ensure_replicas", stamped[b]) for b in brokers)
         )
+        # Replicas running with their logs (created empty, or checked in) are where they run;
+        # one still waiting to check in ("starting") is not vouched for here.
+        for described in answers:
+            by_node: dict[str, list] = {}
+            for d in described or ():
+                if d.get("node_id") and d.get("role") != "starting":
+                    by_node.setdefault(d["node_id"], []).append(
+                        (d["topic_id"], d["partition"], d["broker_id"])
+                    )
+            for node, keys in by_node.items():
+                self.core.store.append(node_restarts.replicas_seen_on(node, keys))
 
     def push_state(self, topic: TopicState, p: PartitionState) -> None:
         """Send the new state to every live replica, without waiting: a replica that misses
@@ -151,6 +164,16 @@ class BrokerCalls:
             except ValueError:
                 continue
             handle.update_state.remote(self.replica_state(topic, p, broker_id))
+
+    async def agent_node(self, broker_id: int) -> str | None:
+        """The Ray node the broker's agent runs on; None when it does not answer."""
+        try:
+            return await asyncio.wait_for(
+                self.call_agent(broker_id, "node_id", patience_s=5.0), 10.0
+            )
+        except (BrokerNotAvailable, ray.exceptions.RayActorError, asyncio.TimeoutError,
+                ValueError):  # fmt: skip
+            return None
 
     def confirm_replica_epoch(
         self, topic: TopicState, p: PartitionState, broker_id: int, recorded: int

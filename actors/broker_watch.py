@@ -45,6 +45,7 @@ class BrokerWatch:
         # after its last heartbeat unless it answers.
         self._probe_timeout_s = setting(core.settings, "broker.session.timeout.ms") / 2000
         self._probing: set[int] = set()
+        self._heard: set[int] = set()  # brokers heard from since this controller started
 
     async def register(self, disk: str, broker_id: int | None, rack: str | None) -> int:
         """Register the broker of ``disk`` (a new id when ``broker_id`` is None); it is live."""
@@ -60,20 +61,24 @@ class BrokerWatch:
         self, disk: str, broker_id: int | None, rack: str | None, node_id: str | None
     ):
         """See ``Controller.heartbeat``."""
-        if broker_id is not None and self.core.node_restarts.agent_seen(broker_id, node_id):
-            self.core.logger.warning("broker %d is on a new node; its replicas are not elected "
-                                     "until they check in", broker_id)  # fmt: skip
         known = self.core.image.brokers.get(broker_id) if broker_id is not None else None
         if known is None or known.disk != disk or known.rack != rack:
             broker_id = await self.register(disk, broker_id, rack)
-        else:
-            self.alive(broker_id)
+        if node_id is not None:
+            await self.changes.broker_seen_on(broker_id, node_id)
+        self.alive(broker_id)
         return broker_id, setting(self.core.settings, "broker.heartbeat.interval.ms")
 
     def alive(self, broker_id: int) -> None:
-        """``broker_id`` was heard from; a fenced broker comes back."""
-        if self.core.liveness.heartbeat(broker_id, now_ms()):
-            self.core.logger.warning("broker %d is back", broker_id)
+        """``broker_id`` was heard from: a fenced broker comes back, and so does every
+        broker the first time this controller hears it (it may have been left leading
+        nothing, or a partition without a leader, when the previous controller stopped)."""
+        back = self.core.liveness.heartbeat(broker_id, now_ms())
+        first = broker_id not in self._heard
+        self._heard.add(broker_id)
+        if back or first:
+            if back:
+                self.core.logger.warning("broker %d is back", broker_id)
             self.core.spawn(self._broker_back(broker_id))
 
     async def _broker_back(self, broker_id: int) -> None:

@@ -86,11 +86,9 @@ class Controller:
             self.core.spawn(self.brokers.watch())
             self.core.spawn(self.changes.balance_leaders())
             self.core.spawn(self.changes.report_health())
-            # A partition the crash left without a leader gets one (no broker will come back
-            # from fencing to ask), and a leader fenced just before the restart, never told,
-            # learns it: the new controller sees every broker as live, so no "broker back"
-            # push would come.
-            self.core.spawn(self.changes.elect_leaderless())
+            # A leader fenced just before the restart, never told, learns it: the new
+            # controller sees every broker as live. (A partition the crash left without a
+            # leader gets one at the first heartbeat of a broker that may lead it.)
             self.changes.push_all()
 
     # -- brokers -------------------------------------------------------------------------------

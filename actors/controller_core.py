@@ -21,7 +21,7 @@ from typing import Any
 from rafka.cluster import controller as decide
 from rafka.cluster.liveness import BrokerLiveness
 from rafka.cluster.metadata import TopicState
-from rafka.cluster.node_restarts import NodeRestarts
+from rafka.cluster.node_restarts import may_elect
 from rafka.cluster.metadata_log import MetadataLog
 from rafka.storage.config import LogConfig
 
@@ -44,8 +44,6 @@ class ControllerCore:
         self.logger = logger
         self.lock = asyncio.Lock()  # one metadata change at a time, in log order
         self.stopping = False  # set by ``rafka down``: silence is then no reason to act
-        # Replicas whose node restarted after they last checked in are not elected.
-        self.node_restarts = NodeRestarts()
         self._background: set[asyncio.Task] = set()
 
     @property
@@ -53,17 +51,11 @@ class ControllerCore:
         return self.store.image
 
     def electable(self, topic_id: str, partition: int) -> set[int]:
-        """The live brokers that may be elected for one partition: not those whose node
-        restarted after their replica of it last checked in (see ``NodeRestarts``)."""
-        may_elect = self.node_restarts.may_elect
-        return {b for b in self.liveness.live() if may_elect((topic_id, partition, b))}
-
-    def replicas_created(self, topic: TopicState, partitions, brokers=None) -> None:
-        """Replicas of ``partitions`` (on ``brokers``, or all their replicas) are about to be
-        created with empty logs on their brokers' current nodes."""
-        for p in partitions:
-            for b in p.replicas if brokers is None else brokers:
-                self.node_restarts.replica_created((topic.topic_id, p.partition, b))
+        """The live brokers that may be elected for one partition: not those whose replica
+        of it has not been seen on its broker's current node (``rafka.cluster.node_restarts``:
+        its node restarted and it has not checked in since)."""
+        image = self.image
+        return {b for b in self.liveness.live() if may_elect(image, (topic_id, partition, b))}
 
     def reserve_replica_epoch(self) -> int:
         """A replica epoch for replicas about to be created, recorded first. Synchronous (one

@@ -70,7 +70,7 @@ class NodeAgent:
         self._heartbeats: asyncio.Task | None = None
         # A new node tells the controller this disk's replicas restarted (and may have lost
         # unflushed records): they are not elected until each has checked in.
-        self.node_id = ray.get_runtime_context().get_node_id()
+        self.node_id_ = ray.get_runtime_context().get_node_id()
         # Heartbeats start on their own: after a node comes back, Ray restarts this actor
         # and nobody else calls it.
         ray.get_runtime_context().current_actor.start_heartbeats.remote()
@@ -83,6 +83,10 @@ class NodeAgent:
     async def ping(self) -> int | None:
         return self.broker_id
 
+    async def node_id(self) -> str:
+        """The Ray node this agent (and so this disk's replicas) runs on."""
+        return self.node_id_
+
     async def start_heartbeats(self) -> None:
         if self._heartbeats is None:
             self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
@@ -93,7 +97,7 @@ class NodeAgent:
             self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
         broker_id, self._interval_ms = await asyncio.wait_for(
             self._controller.heartbeat.remote(
-                self.disk, self.broker_id, self.rack, self.node_id
+                self.disk, self.broker_id, self.rack, self.node_id_
             ), 10,
         )
         if broker_id != self.broker_id:

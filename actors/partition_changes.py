@@ -27,7 +27,7 @@ from rafka.actors.controller_core import (
     unclean_election_enabled,
 )
 from rafka.cluster import controller as decide
-from rafka.cluster import elections
+from rafka.cluster import elections, node_restarts
 from rafka.cluster.metadata import NO_LEADER, PartitionState, TopicState
 from rafka.cluster.settings import setting
 from rafka.errors import (
@@ -91,21 +91,10 @@ class PartitionChanges:
         calls.push_state(topic, new)
         added = [b for b in new.replicas if b not in old.replicas]
         if added:
-            self.core.replicas_created(topic, [new], added)
             self.core.spawn(calls.ensure({b: [calls.replica_state(topic, new, b)] for b in added}))
         removed = [b for b in old.replicas if b not in new.replicas]
         for b in removed:
             self.core.spawn(calls.delete_replica(topic, old, b))
-
-    async def elect_leaderless(self) -> int:
-        """A leader for every partition without a live one, where a candidate may lead."""
-        core = self.core
-        return await self.change(
-            lambda t, p: elections.elect_if_leaderless(
-                p, core.electable(t.topic_id, p.partition), unclean_election_enabled(t),
-                min_insync_replicas(t),
-            )
-        )  # fmt: skip
 
     def push_all(self) -> None:
         """Tell every live replica its partition's current state (after a controller start:
@@ -153,15 +142,29 @@ class PartitionChanges:
     ) -> tuple[dict | None, bool, int]:  # fmt: skip
         """See ``Controller.replica_started`` (which also counts it as a heartbeat)."""
         core = self.core
+        topic, p = self.find_partition(topic_id, partition)
+        if p is None or broker_id not in p.replicas:
+            return None, False, -1
+        known = core.image.broker_nodes.get(broker_id)
+        if node_id is not None and known is not None and node_id != known:
+            # A new node for the broker, or a late check-in of a dead life on the old one:
+            # the broker's agent tells which.
+            agent_node = await self.calls.agent_node(broker_id)
+            if agent_node is not None and agent_node != node_id:
+                core.logger.warning("%s-%d: ignoring a check-in of broker %d from node %s; its "
+                                    "agent runs on %s", topic.name, partition, broker_id,
+                                    node_id, agent_node)  # fmt: skip
+                return None, True, -1
+        if node_id is not None:
+            await self.broker_seen_on(broker_id, node_id)
         async with core.lock:
             topic, p = self.find_partition(topic_id, partition)
             if p is None or broker_id not in p.replicas:
                 return None, False, -1
             # Recorded before the replica hears it: its fetches carry it from now on.
             replica_epoch, records = decide.start_replica(core.image, topic_id, partition,
-                                                          broker_id)  # fmt: skip
+                                                          broker_id, node_id)  # fmt: skip
             core.store.append(records)
-            core.node_restarts.replica_seen((topic_id, partition, broker_id), node_id)
         await self.change(
             lambda t, q: elections.replica_restarted(
                 q, broker_id, core.electable(topic_id, partition) | {broker_id},
@@ -174,6 +177,26 @@ class PartitionChanges:
         if p is None:
             return None, False, -1
         return self.calls.replica_state(topic, p, broker_id), True, replica_epoch
+
+    async def broker_seen_on(self, broker_id: int, node_id: str) -> None:
+        """The broker's agent, or one of its replicas, runs on Ray node ``node_id``. On a new
+        node (its node restarted) the broker's replicas may have lost their unflushed tails:
+        they leave every ISR, leadership moves, and none is elected until it checks in from
+        there (``rafka.cluster.node_restarts``)."""
+        core = self.core
+        async with core.lock:
+            kind, records = node_restarts.broker_seen_on(core.image, broker_id, node_id)
+            core.store.append(records)
+        if kind != node_restarts.MOVED:
+            return
+        core.logger.warning("broker %d is on a new node; its replicas leave the ISRs until "
+                            "they check in", broker_id)  # fmt: skip
+        await self.change(
+            lambda t, q: elections.fence_broker(
+                q, broker_id, core.electable(t.topic_id, q.partition) - {broker_id},
+                unclean_election_enabled(t), min_insync_replicas(t),
+            ) if broker_id in q.replicas else None
+        )  # fmt: skip
 
     async def replica_failed(
         self, topic_id: str, partition: int, broker_id: int, replica_epoch: int, reason: str

@@ -236,6 +236,8 @@ class PartitionReplica:
                 "replica_started", self.topic_id, self.partition, self.broker_id, clean,
                 position, current_node_id(),
             )  # fmt: skip
+            if answer is not None and answer[0] is None and answer[1]:
+                answer = None  # the controller could not place this check-in yet: retry
             if answer is not None:
                 state, exists, replica_epoch = answer
                 if not exists:
@@ -458,7 +460,8 @@ class PartitionReplica:
     def describe_sync(self) -> dict[str, Any]:
         log_ = self.log
         return {
-            "topic": self.topic, "partition": self.partition, "broker_id": self.broker_id,
+            "topic": self.topic, "topic_id": self.topic_id, "partition": self.partition,
+            "broker_id": self.broker_id, "node_id": current_node_id(),
             "leader": self.state["leader"], "leader_epoch": self.state["leader_epoch"],
             "isr": list(self.leader.isr) if self.leader else list(self.state["isr"]),
             "role": "leader" if self.leader else ("follower" if self.checked_in else "starting"),

@@ -52,7 +52,6 @@ class TopicAdmin:
             )  # fmt: skip
             core.store.append(records)
             topic = core.image.topics[topic_id]
-            core.replicas_created(topic, topic.partitions.values())
             await calls.ensure(calls.states_by_broker(topic, topic.partitions.values()))
             self.changes.refresh_health_gauges()
             return self.describe(topic)
@@ -64,7 +63,6 @@ class TopicAdmin:
             core.store.append(records)
             topic = core.image.topic(name)
             new = [topic.partitions[r["partition"]] for r in records]
-            core.replicas_created(topic, new)
             await calls.ensure(calls.states_by_broker(topic, new))
             self.changes.refresh_health_gauges()
             return self.describe(topic)
@@ -102,7 +100,6 @@ class TopicAdmin:
             topic_id, records = decide.delete_topic(core.image, name)
             topic = core.image.topics[topic_id]
             core.store.append(records)
-            core.node_restarts.forget_topic(topic_id)
         self.changes.refresh_health_gauges()
         by_broker = calls.states_by_broker(topic, topic.partitions.values())
         live = set(calls.live_brokers())

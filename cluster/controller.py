@@ -166,13 +166,15 @@ def allocate_producer_ids(image: MetadataImage) -> tuple[range, Records]:
 
 
 def start_replica(
-    image: MetadataImage, topic_id: str, partition: int, broker_id: int
-) -> tuple[int, Records]:
-    """The replica epoch of a replica that (re)started and checked in: the next value of the
-    cluster's counter, recorded so that it survives a controller restart."""
+    image: MetadataImage, topic_id: str, partition: int, broker_id: int,
+    node: str | None = None,
+) -> tuple[int, Records]:  # fmt: skip
+    """The replica epoch of a replica that (re)started and checked in (from Ray node
+    ``node``): the next value of the cluster's counter, recorded so that it survives a
+    controller restart."""
     epoch = image.next_replica_epoch
     return epoch, [{"type": "replica_epoch", "topic_id": topic_id, "partition": partition,
-                    "broker_id": broker_id, "epoch": epoch}]  # fmt: skip
+                    "broker_id": broker_id, "epoch": epoch, "node": node}]  # fmt: skip
 
 
 def reserve_replica_epoch(image: MetadataImage) -> tuple[int, Records]:

@@ -67,9 +67,16 @@ def choose_leader(
                 return b, "clean"
     candidates = p.candidates
     if candidates and all(b in marked for b in candidates):
-        # Ties go to the preferred order: max() keeps the first of equal keys.
-        best = max((b for b in ordered if b in marked), key=lambda b: marked[b])
-        if best in live:
+        # The longest live log that reported; but a candidate that is down again with a
+        # longer one is waited for (candidates are always waited for), a replica outside
+        # the candidates is not. Ties go to the preferred order (max() keeps the first).
+        reported = [b for b in ordered if b in marked and b in live]
+        best = max(reported, key=lambda b: marked[b], default=None)
+        longer_down = [
+            b for b in candidates
+            if b not in live and (best is None or marked[b] > marked[best])
+        ]  # fmt: skip
+        if best is not None and not longer_down:
             return best, "longest"
     if unclean:
         for b in ordered:
@@ -154,10 +161,12 @@ def replica_failed(
     leader either), as Kafka takes an offline log directory's replicas out (KIP-858). With
     nothing else in sync it stays the ISR's last member, and the partition waits."""
     fenced = fence_broker(p, broker, live, unclean, min_isr)
+    if broker in p.unclean_logs:  # nor may its reported log win the longest-log choice
+        fenced = fenced or _with(p)
+        fenced.unclean_logs = {b: v for b, v in fenced.unclean_logs.items() if b != broker}
     if fenced is None or broker not in fenced.elr:
         return fenced
     fenced.elr = [b for b in fenced.elr if b != broker]
-    fenced.unclean_logs.pop(broker, None)
     return fenced
 
 
@@ -217,8 +226,12 @@ def replica_restarted(
 
 
 def preferred_leader(p: PartitionState, live: Collection[int]) -> PartitionState | None:
-    """Leadership back to the preferred replica when it is live and in sync."""
+    """Leadership back to the preferred replica when it is live and in sync, from another
+    live leader. A partition without a live leader is left to ``elect_if_leaderless``,
+    whose rules for replicas that restarted uncleanly this must not bypass."""
     preferred = p.target_replicas[0]
+    if p.leader == NO_LEADER or p.leader not in live:
+        return None
     if p.leader == preferred or preferred not in p.isr or preferred not in live:
         return None
     return _with(p, leader=preferred)

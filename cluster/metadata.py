@@ -14,8 +14,12 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
     delete      {topic_id}                             a topic was deleted
     producer_ids {next}                                ids below ``next`` are handed out
     replica_epoch {topic_id, partition, broker_id,     a replica (re)started and checked in:
-                   epoch}                              its new replica epoch
+                   epoch, node}                        its new replica epoch, its Ray node
     replica_epochs {next}                              replica epochs below ``next`` are used
+    broker_node {broker_id, node}                      a broker's node agent runs on this Ray
+                                                       node (a new one after a node restart)
+    replica_nodes {node, replicas: [[topic_id,         these replicas run on this Ray node
+                   partition, broker_id], ...]}        with their log intact (created, or seen)
 
 Replica epochs play the part of KRaft's broker epochs, per replica: a number the controller
 hands a replica each time it starts, from one counter that only grows and is persisted here,
@@ -128,6 +132,10 @@ class MetadataImage:
         # (topic id, partition) -> broker -> the replica epoch of that replica's current life.
         self.replica_epochs: dict[tuple[str, int], dict[int, int]] = {}
         self.next_replica_epoch = 1  # 0: replicas created before replica epochs existed
+        # Ray node of each broker's agent, and of each replica as of its last check-in (or
+        # creation): see ``rafka.cluster.node_restarts``.
+        self.broker_nodes: dict[int, str] = {}
+        self.replica_nodes: dict[tuple[str, int, int], str] = {}
         self.offset = -1
 
     # -- reading -------------------------------------------------------------------------------
@@ -179,14 +187,23 @@ class MetadataImage:
             del self.topic_ids[topic.name]
             for key in [k for k in self.replica_epochs if k[0] == topic.topic_id]:
                 del self.replica_epochs[key]
+            for key in [k for k in self.replica_nodes if k[0] == topic.topic_id]:
+                del self.replica_nodes[key]
         elif kind == "producer_ids":
             self.next_producer_id = max(self.next_producer_id, record["next"])
         elif kind == "replica_epoch":
             key = (record["topic_id"], record["partition"])
             self.replica_epochs.setdefault(key, {})[record["broker_id"]] = record["epoch"]
             self.next_replica_epoch = max(self.next_replica_epoch, record["epoch"] + 1)
+            if record.get("node") is not None:
+                self.replica_nodes[(*key, record["broker_id"])] = record["node"]
         elif kind == "replica_epochs":
             self.next_replica_epoch = max(self.next_replica_epoch, record["next"])
+        elif kind == "broker_node":
+            self.broker_nodes[record["broker_id"]] = record["node"]
+        elif kind == "replica_nodes":
+            for topic_id, partition, broker_id in record["replicas"]:
+                self.replica_nodes[(topic_id, partition, broker_id)] = record["node"]
         else:
             raise ValueError(f"unknown metadata record type {kind!r} at offset {offset}")
         self.offset = offset
@@ -212,4 +229,11 @@ class MetadataImage:
             for b, e in by_broker.items()
         )
         out.append({"type": "replica_epochs", "next": self.next_replica_epoch})
+        out.extend(
+            {"type": "broker_node", "broker_id": b, "node": n} for b, n in self.broker_nodes.items()
+        )
+        by_node: dict[str, list] = {}
+        for key, node in self.replica_nodes.items():
+            by_node.setdefault(node, []).append(list(key))
+        out.extend({"type": "replica_nodes", "node": n, "replicas": r} for n, r in by_node.items())
         return out

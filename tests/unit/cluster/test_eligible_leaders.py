@@ -196,3 +196,31 @@ def test_a_replica_whose_disk_fails_leaves_the_isr_and_is_never_eligible():
     p = ps(isr=(0, 1))
     new = replica_failed(p, 1, {0, 1, 2}, unclean=False, min_isr=MIN_ISR)
     assert (new.leader, new.isr, new.elr) == (0, [0], [])
+
+
+def test_a_down_candidate_with_a_longer_log_is_waited_for_a_down_outsider_is_not():
+    """Every candidate reported: the longest live log leads unless a candidate that went
+    down again reported a longer one; a replica outside the candidates is not waited for."""
+    p = ps(isr=(1,), leader=NO_LEADER, elr=(2,), marked={1: (5, 80), 2: (5, 100), 0: (5, 90)})
+    assert elect_if_leaderless(p, {0, 1}, unclean=False, min_isr=MIN_ISR) is None
+    p = ps(isr=(1,), leader=NO_LEADER, elr=(2,), marked={1: (5, 80), 2: (5, 100), 0: (5, 200)})
+    new = elect_if_leaderless(p, {1, 2}, unclean=False, min_isr=MIN_ISR)
+    assert (new.leader, new.isr) == (2, [2])
+
+
+def test_a_preferred_election_leaves_a_leaderless_partition_to_the_recovery_rules():
+    """The preferred replica restarted uncleanly and another candidate has not reported: the
+    periodic preferred election must not make it leader."""
+    from rafka.cluster.elections import preferred_leader
+
+    p = ps(isr=(0,), leader=NO_LEADER, elr=(1,), marked={0: (5, 80)})
+    assert preferred_leader(p, {0, 1, 2}) is None
+
+
+def test_a_failed_replica_s_reported_log_no_longer_counts():
+    """Its disk cannot write: its position leaves the longest-log choice."""
+    from rafka.cluster.elections import replica_failed
+
+    p = ps(isr=(1,), leader=NO_LEADER, marked={3: (5, 500)}, replicas=(1, 2, 3))
+    new = replica_failed(p, 3, {1, 2}, unclean=False, min_isr=1)
+    assert 3 not in new.unclean_logs

@@ -20,9 +20,10 @@ FLUSH_RULES = ("background", "every_append")
 # They are rafka's now and on by default; switching one off reproduces the bug it fixed.
 MONOTONIC_EPOCH_CACHE = "monotonic_epoch_cache"  # bug G
 CHECKIN_KEEPS_NEWEST = "checkin_keeps_newest_state"  # bug H
-# A restarted controller elects a leader where none is and pushes every partition's state
-# once, so a leader that missed a push while fenced learns it lost leadership (leaders never
-# pull): ``Controller.start``.
+# A restarted controller pushes every partition's state once, so a leader that missed a push
+# while fenced learns it lost leadership (leaders never pull), and treats the first heartbeat
+# of every broker as a return, electing where no leader is: ``Controller.start`` and
+# ``BrokerWatch.alive``.
 CONTROLLER_RESTART_PUSHES = "controller_restart_pushes"
 # A rule the correlated faults showed rafka needs (bug I in the test module): a broker whose
 # process restarted may lead a partition only once its replica of it checked in

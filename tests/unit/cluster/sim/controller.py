@@ -40,8 +40,10 @@ class ControllerMetadata:
         self.created_epoch, records = decide.reserve_replica_epoch(self.image)
         self._append(records)
         # (partition, broker) -> the broker process whose replica last checked in (the
-        # first process created the replicas). Would ride on the replica epoch record.
+        # first process created the replicas), and broker -> its newest process seen: rafka
+        # records the Ray nodes of both in its metadata log (``rafka.cluster.node_restarts``).
         self.checked_in = {(p, b): 1 for p, replicas in partitions.items() for b in replicas}
+        self.processes: dict[int, int] = {}
 
     def _append(self, records: list[dict]) -> None:
         for record in records:
@@ -80,7 +82,6 @@ class Controller:
         self.process = 0
         self.liveness = BrokerLiveness(sim.cfg.session_timeout_ms)
         self.probing: dict[int, int] = {}  # broker -> id of the probe waiting for its answer
-        self.processes: dict[int, int] = {}  # broker -> newest process its heartbeats named
         # The rule switched off on purpose ("no_eligible_leaders"): min ISR 1 for elections,
         # so no replica is ever eligible and the last ISR member leads even after it lost
         # its tail, as before KIP-966.
@@ -93,16 +94,13 @@ class Controller:
         self.liveness = BrokerLiveness(self.cfg.session_timeout_ms)
         self.liveness.track(sorted(self.sim.brokers), sched.now)
         self.probing = {}
-        self.processes = {}
+        self.heard: set[int] = set()  # brokers this controller process has heard from
         sched.after(self.sim.rng.randrange(self.cfg.controller_tick_ms), self.tick, self.process)
         sched.after(self.cfg.preferred_leader_ms, self.preferred_leader_tick, self.process)
         if self.process > 1 and CONTROLLER_RESTART_PUSHES in self.cfg.proposed:
-            live = self.live()
+            # ``Controller.start``; a partition the crash left without a leader gets one at the
+            # first heartbeat of a broker that may lead it (``_alive``).
             for p in sorted(self.states):
-                # ``Controller.start``: a partition left without a leader by the crash gets
-                # one now; nothing else would ask (no broker comes back from fencing).
-                self._apply(elections.elect_if_leaderless(self.states[p], self.live_for(p, live),
-                                                          False, self.min_isr))  # fmt: skip
                 self._push(p)
 
     def crash(self) -> None:
@@ -117,8 +115,8 @@ class Controller:
         lost its tail, and the controller does not know it yet)."""
         if LIVE_AFTER_CHECKIN not in self.cfg.proposed:
             return live
-        checked_in = self.metadata.checked_in
-        return {b for b in live if checked_in.get((p, b), 0) >= self.processes.get(b, 0)}
+        checked_in, processes = self.metadata.checked_in, self.metadata.processes
+        return {b for b in live if checked_in.get((p, b), 0) >= processes.get(b, 0)}
 
     def _apply(self, new: PartitionState | None) -> None:
         if new is None:
@@ -147,13 +145,18 @@ class Controller:
         self.sim.network.answer(self, b, kind, *payload)
 
     def _alive(self, b: int) -> None:
-        """``_broker_alive``: a heartbeat (or a probe answer, or a check-in); a fenced broker
-        that speaks again gets a leader where nobody leads and the state of every partition
-        it hosts (``_broker_back``)."""
-        if not self.liveness.heartbeat(b, self.sim.scheduler.now):
+        """``BrokerWatch.alive``: a heartbeat (or a probe answer, or a check-in); a fenced
+        broker that speaks again, and any broker this controller process hears for the first
+        time, gets a leader where nobody leads and the state of every partition it hosts
+        (``_broker_back``)."""
+        back = self.liveness.heartbeat(b, self.sim.scheduler.now)
+        first = b not in self.heard
+        self.heard.add(b)
+        if not back and not (first and CONTROLLER_RESTART_PUSHES in self.cfg.proposed):
             return
-        self.sim.stats["unfenced"] += 1
-        self.sim.note(f"controller: broker {b} is back")
+        if back:
+            self.sim.stats["unfenced"] += 1
+            self.sim.note(f"controller: broker {b} is back")
         live = self.live()
         for p, replicas in self.sim.partitions.items():
             if b in replicas:
@@ -211,15 +214,37 @@ class Controller:
 
     # -- requests --------------------------------------------------------------------------------
 
+    def _seen(self, b: int, process: int) -> None:
+        """``PartitionChanges.broker_seen_on``: a newer process of ``b`` (its node restarted)
+        is recorded, and with ``LIVE_AFTER_CHECKIN`` its replicas leave every ISR until each
+        checks in from it."""
+        known = self.metadata.processes.get(b)
+        if known is not None and process <= known:
+            return
+        self.metadata.processes[b] = process
+        if known is None or LIVE_AFTER_CHECKIN not in self.cfg.proposed:
+            return
+        live = self.live()
+        for p, replicas in self.sim.partitions.items():
+            if b in replicas:
+                self._apply(elections.fence_broker(self.states[p], b,
+                                                   self.live_for(p, live) - {b}, False,
+                                                   self.min_isr))  # fmt: skip
+
     def on_heartbeat(self, b: int, process: int) -> None:
-        self.processes[b] = max(self.processes.get(b, 0), process)
+        self._seen(b, process)
         self._alive(b)
 
     def on_replica_started(self, p: int, b: int, clean: bool, position: LogPosition,
                            process: int, req: int) -> None:  # fmt: skip
         """A replica's check-in after a restart: a new replica epoch, and the election
-        rules for a replica that may have lost its unflushed tail."""
-        self.processes[b] = max(self.processes.get(b, 0), process)
+        rules for a replica that may have lost its unflushed tail. A check-in from an older
+        process of the broker than one already seen is a dead life's, late: ignored, as
+        rafka's controller does once the broker's agent names its current node."""
+        if LIVE_AFTER_CHECKIN in self.cfg.proposed and process < self.metadata.processes.get(b, 0):
+            self.sim.stats["stale_checkins"] += 1
+            return
+        self._seen(b, process)
         self.metadata.checked_in[p, b] = max(self.metadata.checked_in[p, b], process)
         self._alive(b)
         epoch = self.metadata.start_replica(p, b)
