@@ -151,7 +151,9 @@ class BrokerCalls:
                         (d["topic_id"], d["partition"], d["broker_id"])
                     )
             for node, keys in by_node.items():
-                self.core.store.append(node_restarts.replicas_seen_on(node, keys))
+                self.core.store.append(
+                    node_restarts.replicas_seen_on(self.core.image, node, keys)
+                )
 
     def push_state(self, topic: TopicState, p: PartitionState) -> None:
         """Send the new state to every live replica, without waiting: a replica that misses

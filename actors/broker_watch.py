@@ -45,7 +45,6 @@ class BrokerWatch:
         # after its last heartbeat unless it answers.
         self._probe_timeout_s = setting(core.settings, "broker.session.timeout.ms") / 2000
         self._probing: set[int] = set()
-        self._heard: set[int] = set()  # brokers heard from since this controller started
 
     async def register(self, disk: str, broker_id: int | None, rack: str | None) -> int:
         """Register the broker of ``disk`` (a new id when ``broker_id`` is None); it is live."""
@@ -74,8 +73,8 @@ class BrokerWatch:
         broker the first time this controller hears it (it may have been left leading
         nothing, or a partition without a leader, when the previous controller stopped)."""
         back = self.core.liveness.heartbeat(broker_id, now_ms())
-        first = broker_id not in self._heard
-        self._heard.add(broker_id)
+        first = broker_id not in self.core.heard
+        self.core.heard.add(broker_id)
         if back or first:
             if back:
                 self.core.logger.warning("broker %d is back", broker_id)

@@ -119,10 +119,12 @@ class Controller:
         (the last leader epoch it wrote, its log end offset): decide what it is now. Answers
         (its state, True, its new replica epoch), or (None, False, -1) when it no longer
         belongs to the partition. ``node_id``: the Ray node it runs on."""
-        self.brokers.alive(broker_id)
-        return await self.changes.replica_started(
+        answer = await self.changes.replica_started(
             topic_id, partition, broker_id, clean, position, node_id
         )
+        if answer[0] is not None:  # taken: it speaks for a live broker
+            self.brokers.alive(broker_id)
+        return answer
 
     async def replica_failed(
         self, topic_id: str, partition: int, broker_id: int, replica_epoch: int, reason: str

@@ -45,6 +45,10 @@ class ControllerCore:
         self.lock = asyncio.Lock()  # one metadata change at a time, in log order
         self.stopping = False  # set by ``rafka down``: silence is then no reason to act
         self._background: set[asyncio.Task] = set()
+        # Brokers heard from since this controller started. Liveness counts every known
+        # broker live at start (so nobody is fenced at once); only these may be elected:
+        # one not heard yet may be on a new node it has not reported.
+        self.heard: set[int] = set()
 
     @property
     def image(self):
@@ -55,7 +59,10 @@ class ControllerCore:
         of it has not been seen on its broker's current node (``rafka.cluster.node_restarts``:
         its node restarted and it has not checked in since)."""
         image = self.image
-        return {b for b in self.liveness.live() if may_elect(image, (topic_id, partition, b))}
+        return {
+            b for b in self.liveness.live()
+            if b in self.heard and may_elect(image, (topic_id, partition, b))
+        }  # fmt: skip
 
     def reserve_replica_epoch(self) -> int:
         """A replica epoch for replicas about to be created, recorded first. Synchronous (one

@@ -55,24 +55,39 @@ class PartitionChanges:
         self.calls = calls
         self._health_reported: set[str] = set()  # topics with health gauges set
 
-    async def change(self, decide_one: DecideOne, only=None, preferred: bool = False) -> int:
+    async def change(
+        self, decide_one: DecideOne, only=None, preferred: bool = False, before=None
+    ) -> int:
         """Apply ``decide_one(topic, partition) -> new state | None`` to every partition (or
-        to the (topic, partition) pairs in ``only``), record the changes in one append, and
-        tell the replicas. Returns the number of partitions changed. ``preferred``: the
-        changes are preferred-leader elections (for the election metrics)."""
+        to the partitions of the (topic, partition) pairs in ``only``), record the changes in
+        one append, and tell the replicas. Returns the number of partitions changed.
+        ``preferred``: the changes are preferred-leader elections (for the election metrics).
+        ``before()``, if given, runs first under the lock and returns records applied before
+        the decisions and appended with them (one durable step).
+
+        Every decision is made on the partition as it is once the lock is held (a pair in
+        ``only`` names the partition; its state may be stale by then), and a partition that
+        is gone by then is skipped."""
         core = self.core
         async with core.lock:
+            extra = before() if before is not None else []
             changed = []
-            pairs = only if only is not None else [
-                (t, p) for t in core.image.topics.values() for p in t.partitions.values()
-            ]  # fmt: skip
+            if only is not None:
+                pairs = []
+                for topic, p in only:
+                    current_topic, current = self.find_partition(topic.topic_id, p.partition)
+                    if current is not None:
+                        pairs.append((current_topic, current))
+            else:
+                pairs = [(t, p) for t in core.image.topics.values()
+                         for p in t.partitions.values()]  # fmt: skip
             for topic, p in pairs:
                 new = decide_one(topic, p)
                 if new is not None and new != p:
                     changed.append((topic, p, new))
-            if not changed:
+            if not changed and not extra:
                 return 0
-            core.store.append([new.to_record(t.topic_id) for t, _, new in changed])
+            core.store.append(extra + [new.to_record(t.topic_id) for t, _, new in changed])
             for topic, old, new in changed:
                 if new.leader != old.leader:
                     core.logger.warning("%s-%d: leader %d -> %d (epoch %d, ISR %s)",
@@ -148,35 +163,43 @@ class PartitionChanges:
         known = core.image.broker_nodes.get(broker_id)
         if node_id is not None and known is not None and node_id != known:
             # A new node for the broker, or a late check-in of a dead life on the old one:
-            # the broker's agent tells which.
+            # only the broker's agent tells which; without its answer, the replica retries.
             agent_node = await self.calls.agent_node(broker_id)
-            if agent_node is not None and agent_node != node_id:
-                core.logger.warning("%s-%d: ignoring a check-in of broker %d from node %s; its "
-                                    "agent runs on %s", topic.name, partition, broker_id,
+            if agent_node != node_id:
+                core.logger.warning("%s-%d: a check-in of broker %d from node %s, whose agent "
+                                    "runs on %s; not taken", topic.name, partition, broker_id,
                                     node_id, agent_node)  # fmt: skip
                 return None, True, -1
-        if node_id is not None:
             await self.broker_seen_on(broker_id, node_id)
-        async with core.lock:
-            topic, p = self.find_partition(topic_id, partition)
-            if p is None or broker_id not in p.replicas:
-                return None, False, -1
-            # Recorded before the replica hears it: its fetches carry it from now on.
+        elif node_id is not None and known is None:
+            await self.broker_seen_on(broker_id, node_id)
+        epoch_of: list[int] = []
+
+        def record_start():
+            # Under the lock, with the decision: recorded before the replica hears it (its
+            # fetches carry it from now on), and never electable before its mark is applied.
+            if node_id is not None and core.image.broker_nodes.get(broker_id) != node_id:
+                return []  # the broker moved again meanwhile: the replica retries
             replica_epoch, records = decide.start_replica(core.image, topic_id, partition,
                                                           broker_id, node_id)  # fmt: skip
-            core.store.append(records)
-        await self.change(
-            lambda t, q: elections.replica_restarted(
+            epoch_of.append(replica_epoch)
+            return records
+
+        def decide_one(t, q):
+            if not epoch_of:
+                return None
+            return elections.replica_restarted(
                 q, broker_id, core.electable(topic_id, partition) | {broker_id},
-                unclean_election_enabled(t), clean,
-                position, min_insync_replicas(t),
-            ),
-            only=[(topic, p)],
-        )  # fmt: skip
+                unclean_election_enabled(t), clean, position, min_insync_replicas(t),
+            )
+
+        await self.change(decide_one, only=[(topic, p)], before=record_start)
         topic, p = self.find_partition(topic_id, partition)
-        if p is None:
+        if p is None or broker_id not in p.replicas:
             return None, False, -1
-        return self.calls.replica_state(topic, p, broker_id), True, replica_epoch
+        if not epoch_of:
+            return None, True, -1
+        return self.calls.replica_state(topic, p, broker_id), True, epoch_of[0]
 
     async def broker_seen_on(self, broker_id: int, node_id: str) -> None:
         """The broker's agent, or one of its replicas, runs on Ray node ``node_id``. On a new
@@ -184,6 +207,8 @@ class PartitionChanges:
         they leave every ISR, leadership moves, and none is elected until it checks in from
         there (``rafka.cluster.node_restarts``)."""
         core = self.core
+        if core.image.broker_nodes.get(broker_id) == node_id:
+            return  # the usual heartbeat: no lock, no record
         async with core.lock:
             kind, records = node_restarts.broker_seen_on(core.image, broker_id, node_id)
             core.store.append(records)

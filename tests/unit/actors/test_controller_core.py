@@ -30,7 +30,9 @@ class Store:
 def core() -> ControllerCore:
     liveness = BrokerLiveness()
     liveness.track([1, 2, 3], 0)
-    return ControllerCore(Store(), {}, "ns", liveness, logging.getLogger("test"))
+    c = ControllerCore(Store(), {}, "ns", liveness, logging.getLogger("test"))
+    c.heard.update({1, 2, 3})
+    return c
 
 
 def seen(c: ControllerCore, broker: int, node: str) -> None:
@@ -49,4 +51,12 @@ def test_a_restarted_broker_is_not_elected_before_its_replica_checks_in():
     assert elections.elect_if_leaderless(p, c.electable("t", 0), unclean=False,
                                          min_isr=2) is None  # fmt: skip
     c.store.apply(decisions.start_replica(c.image, "t", 0, 2, "new-2")[1])
+    assert c.electable("t", 0) == {2, 3}
+
+
+def test_a_broker_not_heard_since_the_controller_started_is_not_elected():
+    """A new controller counts every broker live, but one it has not heard may be on a node
+    it has not reported yet."""
+    c = core()
+    c.heard.discard(1)
     assert c.electable("t", 0) == {2, 3}

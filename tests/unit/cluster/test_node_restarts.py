@@ -87,8 +87,9 @@ def test_replicas_found_running_on_the_agents_node_may_be_elected():
     m = Image()
     m.seen(1, "node-a")
     m.seen(1, "node-b")
-    m.apply(replicas_seen_on("node-b", [KEY]))
+    m.apply(replicas_seen_on(m.image, "node-b", [KEY]))
     assert may_elect(m.image, KEY)
+    assert replicas_seen_on(m.image, "node-b", [KEY]) == []  # nothing new to record
 
 
 def test_brokers_never_seen_on_a_node_are_not_held_back():
