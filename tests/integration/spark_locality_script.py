@@ -28,7 +28,11 @@ def main(data_dir: str) -> dict:
         broker_disk = {b.broker_id: b.disk for b in admin.brokers()}
         node_disk = {n["NodeID"]: n["Labels"].get(DISK_LABEL) for n in ray.nodes() if n["Alive"]}
         snapshot = snapshot_topic(cluster, "located", records_per_block=400)
-        locations = get_object_locations(snapshot.refs)
+        # One ref per call: Ray 2.50 aborts the process ("promise already satisfied" in
+        # GetLocationFromOwner) now and then when one call names blocks of several owners.
+        locations = {}
+        for ref in snapshot.refs:
+            locations.update(get_object_locations([ref]))
         return {
             "replica_disks": {
                 p.partition: [broker_disk[b] for b in p.replicas] for p in described.partitions
