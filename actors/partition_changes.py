@@ -257,34 +257,36 @@ class PartitionChanges:
         partition_epoch: int, new_isr: list[int], incarnations: dict | None,
     ) -> tuple[int, str, dict | None]:  # fmt: skip
         """See ``Controller.alter_isr``."""
-        current = decide.replica_epochs_of(self.core.image, topic_id, partition)
         topic, p = self.find_partition(topic_id, partition)
         if p is None:
             return UnknownTopicOrPartition.errno, "the partition no longer exists", None
         refusal: list[RafkaError] = []
+        to_confirm: list[tuple[int, int]] = []  # (broker, its recorded replica epoch)
 
         def decide_one(t, q):
+            current = decide.replica_epochs_of(self.core.image, topic_id, partition)
             try:
-                new = elections.alter_isr(
+                return elections.alter_isr(
                     q, leader, leader_epoch, partition_epoch, new_isr, self.core.liveness.live(),
                     incarnations, current, min_insync_replicas(t),
                 )
             except RafkaError as e:
                 refusal.append(e)
+                # A joiner seen in an older replica epoch than the recorded one is asked to
+                # confirm it: if it runs in the older one, the record came from a dead life's
+                # late check-in, and it would otherwise never join again.
+                to_confirm.extend(
+                    (b, current[b]) for b in elections.joiners_seen_in_an_earlier_life(
+                        q, new_isr, incarnations, current)
+                )  # fmt: skip
                 return None
-            return new
 
         await self.change(decide_one, only=[(topic, p)])
         topic, p = self.find_partition(topic_id, partition)
         state = self.calls.replica_state(topic, p, leader) if p is not None else None
-        if refusal and p is not None:
-            # A joiner the leader saw in an older replica epoch than the recorded one is asked
-            # to confirm it: if that replica is alive in the older epoch, the record came from
-            # a dead life's late check-in, and it would otherwise never join again.
-            seen = incarnations or {}
-            for b in new_isr:
-                if b not in p.isr and b in current and seen.get(b, -1) < current[b]:
-                    self.calls.confirm_replica_epoch(topic, p, b, current[b])
+        if p is not None:
+            for b, recorded in to_confirm:
+                self.calls.confirm_replica_epoch(topic, p, b, recorded)
         if refusal:
             return refusal[0].errno, str(refusal[0]), state
         return 0, "", state

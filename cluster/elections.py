@@ -280,13 +280,7 @@ def alter_isr(
     if joining:
         raise IneligibleReplica(f"brokers {joining} are not alive and may not join the ISR")
     known = current_incarnations or {}
-    seen = incarnations or {}
-    # A replica created after its epoch was recorded (moved away and back) fetches with a
-    # newer epoch than the recorded one; only an older one means progress from an earlier life.
-    restarted = [
-        b for b in new_isr
-        if b not in p.isr and b in known and seen.get(b, -1) < known[b]
-    ]  # fmt: skip
+    restarted = joiners_seen_in_an_earlier_life(p, new_isr, incarnations, known)
     if restarted:
         raise IneligibleReplica(
             f"replicas {restarted} restarted since the leader saw them catch up; they join "
@@ -301,6 +295,24 @@ def alter_isr(
     return complete_reassignment(
         replace(p, isr=isr, elr=elr), live, unclean=False, min_isr=min_isr
     ) or _with(p, isr=isr, elr=elr)
+
+
+def joiners_seen_in_an_earlier_life(
+    p: PartitionState,
+    new_isr: list[int],
+    incarnations: Mapping[int, int] | None,
+    current_incarnations: Mapping[int, int],
+) -> list[int]:
+    """Replicas ``new_isr`` adds whose replica epoch, as the leader saw them fetch, is older
+    than the current one recorded for them: their progress may be from an earlier life. (A
+    replica created after its epoch was recorded, moved away and back, fetches with a newer
+    one.)"""
+    seen = incarnations or {}
+    return [
+        b for b in new_isr
+        if b not in p.isr and b in current_incarnations
+        and seen.get(b, -1) < current_incarnations[b]
+    ]  # fmt: skip
 
 
 def reassign(

@@ -271,9 +271,9 @@ class Controller:
             # ``PartitionChanges.alter_isr``: a joiner seen in an older replica epoch than the
             # recorded one is asked to confirm it (a late check-in of a dead life may have
             # recorded the newer one, and the live replica would never join again).
-            for j in isr:
-                if j in current and incarnations.get(j, -1) < current[j]:
-                    self.sim.network.send(j, "confirm_epoch", p, current[j])
+            for j in elections.joiners_seen_in_an_earlier_life(self.states[p], list(isr),
+                                                               incarnations, current):
+                self.sim.network.send(j, "confirm_epoch", p, current[j])
         self._answer(b, "isr_answer", p, req, error, State.of(self.states[p]))
 
     def on_pull_state(self, p: int, b: int, req: int) -> None:
