@@ -10,17 +10,15 @@ from __future__ import annotations
 import os
 
 from rafka.errors import KafkaStorageError
+from rafka.storage import files
 
 
 def write_atomically(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` durably (file and directory entry are fsynced)."""
     tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        files.create_file(tmp, data, sync=True)
+        files.rename(tmp, path)
         fsync_directory(os.path.dirname(path) or ".")
     except OSError as e:
         raise KafkaStorageError(
@@ -32,11 +30,8 @@ def remove_durably(path: str) -> None:
     """Unlink ``path`` (if present) and fsync its directory: until the directory is synced, a
     power loss can bring the file back."""
     try:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return
-        fsync_directory(os.path.dirname(path) or ".")
+        if files.unlink(path):
+            fsync_directory(os.path.dirname(path) or ".")
     except OSError as e:
         raise KafkaStorageError(
             f"cannot remove {path}: {e.strerror}; make the data directory writable"
@@ -45,20 +40,13 @@ def remove_durably(path: str) -> None:
 
 def fsync_directory(directory: str) -> None:
     """Make renames and creations in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    files.fsync_directory(directory)
 
 
 def read_text(path: str) -> str | None:
     """The file's text, or None if it does not exist."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+    data = files.read_file(path)
+    return None if data is None else data.decode("utf-8")
 
 
 def write_offset(path: str, offset: int) -> None:
@@ -67,8 +55,8 @@ def write_offset(path: str, offset: int) -> None:
 
 def read_offset(path: str) -> int | None:
     """The offset stored in ``path``, or None if the file is missing or unreadable."""
-    text = read_text(path)
     try:
+        text = read_text(path)
         return int(text) if text is not None else None
     except ValueError:
         return None

@@ -17,10 +17,11 @@ Not thread-safe: the owning log serializes every call.
 
 from __future__ import annotations
 
-import os
 import struct
 from array import array
 from bisect import bisect_right
+
+from rafka.storage import files
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
@@ -31,7 +32,11 @@ class IndexCorrupt(Exception):
 
 
 class _IndexFile:
-    """An append-only file of fixed-size entries mirrored in memory as two columns."""
+    """An append-only file of fixed-size entries mirrored in memory as two columns.
+
+    Every change (append, truncation, reset) marks the file unsynced; ``flush`` makes all of
+    them durable at once, so a rebuilt or shortened index never reaches a power loss half
+    old and half new after its segment was flushed."""
 
     entry: struct.Struct
     first_typecode: str
@@ -42,7 +47,8 @@ class _IndexFile:
         self.max_entries = max_entries
         self._keys: array | None = None  # loaded lazily
         self._values: array | None = None
-        self._file = None
+        self._fd: int | None = None  # opened for appending on the first write
+        self._unsynced = False
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -50,11 +56,7 @@ class _IndexFile:
         if self._keys is not None:
             return
         keys, values = array(self.first_typecode), array("I")
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            data = b""
+        data = files.read_file(self.path) or b""
         whole = len(data) - len(data) % self.entry.size
         for a, b in self.entry.iter_unpack(memoryview(data)[:whole]):
             keys.append(a)
@@ -62,17 +64,22 @@ class _IndexFile:
         self._keys, self._values = keys, values
         if whole != len(data):
             # A torn last entry; dropping it keeps the index a valid (sparser) prefix.
-            self._rewrite()
+            self._truncate_file(whole)
 
-    def _rewrite(self) -> None:
-        self.close()
-        with open(self.path, "wb") as f:
-            f.write(b"".join(self.entry.pack(a, b) for a, b in zip(self._keys, self._values)))
+    def create(self) -> None:
+        """Start the file empty (a new segment's index)."""
+        self._keys, self._values = array(self.first_typecode), array("I")
+        self._fd = files.open_for_append(self.path)
+
+    @property
+    def exists(self) -> bool:
+        return files.exists(self.path)
 
     def _append_entry(self, a: int, b: int) -> None:
-        if self._file is None:
-            self._file = open(self.path, "ab")
-        self._file.write(self.entry.pack(a, b))
+        if self._fd is None:
+            self._fd = files.open_for_append(self.path)
+        files.write(self._fd, self.entry.pack(a, b))
+        self._unsynced = True
         self._keys.append(a)
         self._values.append(b)
 
@@ -87,36 +94,43 @@ class _IndexFile:
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
-        self.close()
         self._keys, self._values = array(self.first_typecode), array("I")
-        open(self.path, "wb").close()
+        self._truncate_file(0)
 
     def _truncate_entries(self, keep: int) -> None:
         if keep >= len(self._keys):
             return
         del self._keys[keep:]
         del self._values[keep:]
-        if self._file is not None:
-            self._file.flush()
-        os.truncate(self.path, keep * self.entry.size)
+        self._truncate_file(keep * self.entry.size)
 
-    def flush(self, fsync: bool = True) -> None:
-        if self._file is not None:
-            self._file.flush()
-            if fsync:
-                os.fdatasync(self._file.fileno())
+    def _truncate_file(self, size: int) -> None:
+        if self._fd is None:
+            self._fd = files.open_for_append(self.path)
+        files.ftruncate(self._fd, size)
+        self._unsynced = True
+
+    def flush(self) -> None:
+        """fdatasync every change made since the last flush."""
+        if self._unsynced:
+            files.fdatasync(self._fd)
+            self._unsynced = False
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            files.close(self._fd)
+            self._fd = None
+
+    def rename(self, target: str) -> None:
+        """Give the file a new name (the caller fsyncs the directory)."""
+        self.close()
+        if files.exists(self.path):
+            files.rename(self.path, target)
+        self.path = target
 
     def delete(self) -> None:
         self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        files.unlink(self.path)
 
 
 class OffsetIndex(_IndexFile):

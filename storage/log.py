@@ -110,11 +110,18 @@ class Log:
         self.config = config or LogConfig()
         self.clock = clock
         ensure_writable_directory(directory)
+        self._directory_unsynced = False  # a segment was created since the last directory fsync
         self.epoch_cache = LeaderEpochCache(self._path(CHECKPOINT_FILE))
         loaded, self.recovery_report, checkpointed_start = load_segments(
             directory, self.make_segment, self._on_recovered_batch, not self.config.compact
         )
-        self._segments = LogSegments(loaded or [self.make_segment(checkpointed_start or 0, "")])
+        if not loaded:
+            loaded = [self.make_segment(checkpointed_start or 0, "", new=True)]
+            # A new log: its first segment and the partition directory's own entry in the data
+            # directory must both survive a power loss once anything in them is flushed.
+            fsync_directory(directory)
+            fsync_directory(os.path.dirname(os.path.abspath(directory)))
+        self._segments = LogSegments(loaded)
         self.log_end_offset = self.active_segment.next_offset
         self.log_start_offset = min(
             max(checkpointed_start or 0, self.segments[0].base_offset), self.log_end_offset
@@ -139,14 +146,20 @@ class Log:
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
-    def make_segment(self, base_offset: int, suffix: str) -> Segment:
-        return Segment(
+    def make_segment(self, base_offset: int, suffix: str, new: bool = False) -> Segment:
+        """The segment at ``base_offset`` whose files carry ``suffix``: opened as found, or
+        with ``new`` started empty (replacing any file at its names)."""
+        segment = Segment(
             self.directory,
             base_offset,
             self.config.index_interval_bytes,
             max(self.config.segment_index_bytes // 8, 1),
             suffix,
+            new,
         )
+        if new:
+            self._directory_unsynced = True
+        return segment
 
     def _on_recovered_batch(self, header: rb.BatchHeader) -> None:
         # A cache that needs a rebuild is rebuilt from every batch once recovery is over.
@@ -307,6 +320,7 @@ class Log:
         if self.active_segment.size == 0:
             return self.active_segment
         self.active_segment.seal()
+        self._sync_directory_if_needed()
         self.recovery_point = self.log_end_offset
         write_offset(self._path(RECOVERY_POINT_FILE), self.recovery_point)
         self.producer_state.remove_expired(self.clock())
@@ -315,10 +329,9 @@ class Log:
         return self._add_active_segment()
 
     def _add_active_segment(self) -> Segment:
-        """Start an empty segment at the log end offset. Its file's directory entry is fsynced,
-        so records later flushed into it cannot vanish with an entry lost to a power loss."""
-        segment = self.make_segment(self.log_end_offset, "")
-        fsync_directory(self.directory)
+        """Start an empty segment at the log end offset (its directory entry is synced by the
+        next flush, before any record in it counts as flushed)."""
+        segment = self.make_segment(self.log_end_offset, "", new=True)
         self._segments.add(segment)
         return segment
 
@@ -326,9 +339,21 @@ class Log:
 
     def flush(self) -> None:
         """fdatasync everything appended so far; it survives any crash from now on."""
-        self.active_segment.flush()
+        self._flush_active_segment()
         self.recovery_point = self.log_end_offset
         self.flush_policy.record_flush(self.clock())
+
+    def _flush_active_segment(self) -> None:
+        """fdatasync the active segment and, when a segment was created since the directory
+        was last synced, the directory: a flushed record in a file whose directory entry is
+        still in the page cache is lost with it (Kafka's flush does the same)."""
+        self.active_segment.flush()
+        self._sync_directory_if_needed()
+
+    def _sync_directory_if_needed(self) -> None:
+        if self._directory_unsynced:
+            fsync_directory(self.directory)
+            self._directory_unsynced = False
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush.ms`` has passed since the last flush (call from a timer)."""
@@ -402,11 +427,14 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and start empty at ``offset`` (a follower far behind a leader
-        whose log now starts later)."""
-        self._segments.delete_all_and_start(self.make_segment(offset, ""))
+        whose log now starts later). Producer state goes with it, snapshots included, as in
+        Kafka: a snapshot of the discarded log would answer retries with offsets it no longer
+        has and refuse sequences the new leader accepted."""
+        self._segments.delete_all_and_start(lambda: self.make_segment(offset, "", new=True))
         self.log_start_offset = self.log_end_offset = offset
         write_offset(self._path(LOG_START_OFFSET_FILE), offset)
         self.epoch_cache.clear()
+        self.producer_state.truncate_fully()
         self._after_truncation()
 
     def _after_truncation(self) -> None:
@@ -414,7 +442,7 @@ class Log:
         self._rebuild_producer_state()
         self._set_high_watermark(self.high_watermark)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.active_segment.flush()
+        self._flush_active_segment()
         write_offset(self._path(RECOVERY_POINT_FILE), self.recovery_point)
 
     def delete_records(self, before_offset: int) -> int:

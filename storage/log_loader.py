@@ -24,15 +24,19 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from rafka.errors import CorruptRecord, KafkaStorageError
+from rafka.storage import files
 from rafka.storage import record_batch as rb
-from rafka.storage.checkpoint import read_offset, remove_durably
+from rafka.storage.checkpoint import fsync_directory, read_offset, remove_durably
 from rafka.storage.leader_epoch import LeaderEpochCache
 from rafka.storage.log_segments import LogSegments
 from rafka.storage.segment import (
     CLEANED_SUFFIX,
+    INDEX_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
     Segment,
+    segment_name,
 )
 
 log = logging.getLogger(__name__)
@@ -74,13 +78,14 @@ class RecoveryReport:
 
 
 def ensure_writable_directory(directory: str) -> None:
-    """Create ``directory`` if needed and prove that files can be created in it."""
+    """Create ``directory`` if needed (each new directory's entry fsynced in its parent) and
+    prove that files can be created in it."""
     try:
-        os.makedirs(directory, exist_ok=True)
+        for created in files.make_directories(directory):
+            fsync_directory(os.path.dirname(created))
         probe = os.path.join(directory, ".write-probe")
-        with open(probe, "wb") as f:
-            f.write(b"\0")
-        os.unlink(probe)
+        files.create_file(probe, b"\0", sync=False)
+        files.unlink(probe)
     except OSError as e:
         raise KafkaStorageError(
             f"data directory {directory!r} cannot be written: {e.strerror}; "
@@ -96,16 +101,18 @@ def _base_offset_of(name: str, suffix: str) -> int | None:
 def complete_interrupted_swaps(
     directory: str, make_segment: Callable[[int, str], Segment]
 ) -> None:
-    """Finish or undo compactions cut short by a crash.
+    """Finish or undo compactions cut short by a crash, and remove what a crash left half done.
 
-    ``.cleaned`` files were never finished: deleted. A ``.swap`` segment was finished and
-    fsynced before its inputs were touched: every input segment it covers (base offsets from
-    the swap's base up to its last offset) is deleted and the swap renamed into place.
+    ``.cleaned`` files were never finished: deleted, as are ``.tmp`` files. A ``.swap``
+    segment was finished and fsynced before its inputs were touched: every input segment it
+    covers (base offsets from the swap's base up to its last offset) is deleted and the swap
+    renamed into place (indexes first, the ``.log`` last, so a crash during this redoes it).
+    Index files without a ``.log`` (a segment deletion cut short) are deleted last.
     """
-    names = os.listdir(directory)
+    names = files.listdir(directory)
     for name in names:
         if name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp"):
-            os.unlink(os.path.join(directory, name))
+            files.unlink(os.path.join(directory, name))
     for name in names:
         if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
             continue
@@ -116,7 +123,7 @@ def complete_interrupted_swaps(
         swap.rebuild_indexes()
         last = swap.next_offset - 1
         swap.close()
-        for other in os.listdir(directory):
+        for other in files.listdir(directory):
             other_base = _base_offset_of(other, LOG_SUFFIX)
             if other_base is not None and base <= other_base <= last:
                 segment = make_segment(other_base, "")
@@ -125,6 +132,21 @@ def complete_interrupted_swaps(
         swap.rename_suffix("")
         swap.close()
         log.info("completed an interrupted compaction of %s at base offset %d", directory, base)
+    _delete_orphaned_indexes(directory)
+
+
+def _delete_orphaned_indexes(directory: str) -> None:
+    """Delete index files whose ``.log`` is gone, and swap indexes whose swap never got its
+    ``.log`` renamed (every complete swap has been put in place by now)."""
+    names = set(files.listdir(directory))
+    for name in names:
+        if name.endswith((INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX)):
+            files.unlink(os.path.join(directory, name))
+            continue
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            base = _base_offset_of(name, suffix) if name.endswith(suffix) else None
+            if base is not None and segment_name(base) + LOG_SUFFIX not in names:
+                files.unlink(os.path.join(directory, name))
 
 
 def load_segments(
@@ -143,13 +165,15 @@ def load_segments(
     """
     complete_interrupted_swaps(directory, make_segment)
     marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
-    clean = os.path.exists(marker)
+    clean = files.exists(marker)
     report = RecoveryReport(clean_shutdown=clean)
     recovery_point = read_offset(os.path.join(directory, RECOVERY_POINT_FILE)) or 0
     log_start = read_offset(os.path.join(directory, LOG_START_OFFSET_FILE))
 
     bases = sorted(
-        b for b in (_base_offset_of(n, LOG_SUFFIX) for n in os.listdir(directory)) if b is not None
+        b
+        for b in (_base_offset_of(n, LOG_SUFFIX) for n in files.listdir(directory))
+        if b is not None
     )
     report.created = not bases
     segments = [make_segment(base, "") for base in bases]

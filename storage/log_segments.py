@@ -9,7 +9,7 @@ thread-safe: the owning Log serializes every call.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Iterator
+from typing import Callable, Iterator
 
 from rafka.storage import record_batch as rb
 from rafka.storage.segment import Segment
@@ -112,10 +112,12 @@ class LogSegments:
         while len(self.ordered) > 1 and self.bases[-1] > offset:
             self.delete_active()
 
-    def delete_all_and_start(self, segment: Segment) -> None:
-        """Delete every segment; ``segment`` becomes the only one."""
+    def delete_all_and_start(self, make_segment: Callable[[], Segment]) -> None:
+        """Delete every segment, then make the one that replaces them all (it may take the
+        name of one just deleted)."""
         for old in self.ordered:
             old.delete()
+        segment = make_segment()
         self.ordered = [segment]
         self.bases = [segment.base_offset]
 

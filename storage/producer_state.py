@@ -26,6 +26,7 @@ from typing import NamedTuple
 import msgpack
 
 from rafka.errors import InvalidProducerEpoch, OutOfOrderSequence
+from rafka.storage import files
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import write_atomically
 
@@ -152,7 +153,7 @@ class ProducerStateManager:
 
     def snapshot_offsets(self) -> list[int]:
         offsets = []
-        for name in os.listdir(self.directory):
+        for name in files.listdir(self.directory):
             if name.endswith(SNAPSHOT_SUFFIX):
                 try:
                     offsets.append(int(name[: -len(SNAPSHOT_SUFFIX)]))
@@ -181,27 +182,34 @@ class ProducerStateManager:
         for offset in reversed(self.snapshot_offsets()):
             path = self.snapshot_path(offset)
             if offset > at_or_below:
-                os.unlink(path)
+                files.unlink(path)
                 continue
             try:
                 self.producers = _read_snapshot(path)
                 return offset
             except (ValueError, TypeError, struct.error, msgpack.UnpackException) as e:
                 log.warning("producer snapshot %s is unreadable (%s); deleting it", path, e)
-                os.unlink(path)
+                files.unlink(path)
         return None
+
+    def truncate_fully(self) -> None:
+        """Forget every producer and delete every snapshot (the log was discarded whole)."""
+        self.producers = {}
+        for offset in self.snapshot_offsets():
+            files.unlink(self.snapshot_path(offset))
 
     def delete_snapshots_below(self, offset: int, keep_latest: int = 2) -> None:
         """Delete snapshots below ``offset`` (the log start), keeping the newest few."""
         offsets = self.snapshot_offsets()
         for snap in offsets[:-keep_latest] if keep_latest else offsets:
             if snap < offset:
-                os.unlink(self.snapshot_path(snap))
+                files.unlink(self.snapshot_path(snap))
 
 
 def _read_snapshot(path: str) -> dict[int, ProducerEntry]:
-    with open(path, "rb") as f:
-        data = f.read()
+    data = files.read_file(path)
+    if data is None:
+        raise ValueError("missing")
     (crc,) = _CRC.unpack_from(data)
     body = data[_CRC.size :]
     if rb.crc32c(body) != crc:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from rafka.errors import CorruptRecord, KafkaStorageError
+from rafka.storage import files
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import fsync_directory
 from rafka.storage.index import IndexCorrupt, OffsetIndex, TimeIndex
@@ -56,7 +57,10 @@ class Segment:
         index_interval_bytes: int,
         max_index_entries: int,
         suffix: str = "",
+        new: bool = False,
     ) -> None:
+        """Open the segment at ``base_offset`` (its files carrying ``suffix``); with ``new``,
+        start it empty, discarding any file already at its names."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -70,12 +74,18 @@ class Segment:
             self._stem + TIME_INDEX_SUFFIX + suffix, base_offset, max_index_entries
         )
         try:
-            self._fd = os.open(
-                self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
-            )
+            if new:
+                # Files left at these names by a deletion that a crash cut short must not be
+                # adopted: a stale index would point into a log that no longer matches it.
+                for path in (self.offset_index.path, self.time_index.path, self.log_path):
+                    files.unlink(path)
+            self._fd = files.open_for_append(self.log_path)
+            if new:
+                self.offset_index.create()
+                self.time_index.create()
+            self.size = files.file_size(self._fd)
         except OSError as e:
             raise _storage_error("open", self.log_path, e) from e
-        self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = rb.NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset
@@ -91,6 +101,10 @@ class Segment:
         max timestamp by reading only the batches after the last offset-index entry.
         Returns None when the indexes were sound, else what the rebuild found (a rebuild also
         cuts a torn tail, which the result reports)."""
+        if self.size and not (self.offset_index.exists and self.time_index.exists):
+            # Every segment is created with both indexes; one that is missing was lost to a
+            # crash (a rename or a directory entry that never reached the disk).
+            return self.rebuild_indexes()
         try:
             self.offset_index.sanity_check(self.size)
             indexed_offset, position = self.offset_index.lookup(2**63 - 1)
@@ -117,8 +131,12 @@ class Segment:
         return None
 
     def rebuild_indexes(self) -> RecoveryResult:
-        """Rebuild both indexes by walking the (trusted) log."""
-        return self.recover(verify=False)
+        """Rebuild both indexes by walking the (trusted) log, and fsync them: a clean-shutdown
+        marker or a rename that follows must never cover an index still in the page cache."""
+        result = self.recover(verify=False)
+        self.offset_index.flush()
+        self.time_index.flush()
+        return result
 
     def recover(
         self,
@@ -139,7 +157,7 @@ class Segment:
         self.offset_of_max_timestamp = self.base_offset
         self.first_batch_timestamp = None
         self._bytes_since_index_entry = 0
-        file_size = self.size = os.fstat(self._fd).st_size
+        file_size = self.size = files.file_size(self._fd)
         valid = 0
         batches = 0
         reason = None
@@ -189,11 +207,11 @@ class Segment:
             for header in headers:
                 self._index_batch(self.size, header)
             expected = self.size - position
-            written = os.writev(self._fd, parts)
+            written = files.writev(self._fd, parts)
             if written < expected:  # short only when the disk fills up mid-write
                 rest = b"".join(bytes(p) for p in parts)[written:]
                 while rest:
-                    n = os.write(self._fd, rest)
+                    n = files.write(self._fd, rest)
                     rest = rest[n:]
         except Exception as e:
             self.cut_back(position, headers[0].base_offset, state)
@@ -237,7 +255,7 @@ class Segment:
 
     def read_at(self, position: int, size: int) -> bytes:
         try:
-            return os.pread(self._fd, size, position)
+            return files.pread(self._fd, size, position)
         except OSError as e:
             raise _storage_error("read", self.log_path, e) from e
 
@@ -349,7 +367,7 @@ class Segment:
 
     def _truncate_file(self, size: int) -> None:
         try:
-            os.ftruncate(self._fd, size)
+            files.ftruncate(self._fd, size)
         except OSError as e:
             raise _storage_error("truncate", self.log_path, e) from e
         self.size = size
@@ -369,7 +387,7 @@ class Segment:
         flush, unless ``force``: data recovered after a crash may still be only in the cache)."""
         try:
             if self._unflushed or force:
-                os.fdatasync(self._fd)
+                files.fdatasync(self._fd)
                 self._unflushed = False
             self.offset_index.flush()
             self.time_index.flush()
@@ -378,36 +396,36 @@ class Segment:
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
+            files.close(self._fd)
             self._fd = -1
         self.offset_index.close()
         self.time_index.close()
 
     def delete(self) -> None:
+        """Remove the segment's files, the ``.log`` last: a crash in between leaves either a
+        whole segment or index files without a log, which the loader deletes."""
         self.close()
         try:
-            os.unlink(self.log_path)
-        except FileNotFoundError:
-            pass
-        self.offset_index.delete()
-        self.time_index.delete()
+            self.offset_index.delete()
+            self.time_index.delete()
+            files.unlink(self.log_path)
+        except OSError as e:
+            raise _storage_error("delete", self.log_path, e) from e
 
     def rename_suffix(self, suffix: str) -> None:
-        """Rename the segment's files to carry ``suffix`` (compaction's .cleaned -> .swap -> "").
-        Each rename is atomic; a crash between them is resolved when the log is next opened."""
+        """Rename the segment's files to carry ``suffix`` (compaction's .cleaned -> .swap -> ""),
+        the indexes first and the ``.log`` last, then fsync the directory. The loader goes by
+        the ``.log``'s name, so a crash part way through redoes the whole step."""
         self.flush()
-        self.offset_index.close()
-        self.time_index.close()
-        for kind, holder, attr in (
-            (LOG_SUFFIX, self, "log_path"),
-            (INDEX_SUFFIX, self.offset_index, "path"),
-            (TIME_INDEX_SUFFIX, self.time_index, "path"),
-        ):
-            target = self._stem + kind + suffix
-            if os.path.exists(getattr(holder, attr)):
-                os.replace(getattr(holder, attr), target)
-            setattr(holder, attr, target)
-        fsync_directory(self.directory)  # the rename is durable before any input is deleted
+        try:
+            self.offset_index.rename(self._stem + INDEX_SUFFIX + suffix)
+            self.time_index.rename(self._stem + TIME_INDEX_SUFFIX + suffix)
+            target = self._stem + LOG_SUFFIX + suffix
+            files.rename(self.log_path, target)
+            self.log_path = target
+            fsync_directory(self.directory)  # durable before any input is deleted
+        except OSError as e:
+            raise _storage_error("rename", self.log_path, e) from e
         self.suffix = suffix
 
     def __repr__(self) -> str:

@@ -99,13 +99,16 @@ def test_close_fsyncs_the_directory_after_writing_the_clean_shutdown_marker(open
     assert os_calls.directory_synced_after(("replace", marker), log.directory), os_calls.events
 
 
-def test_a_rolled_segment_is_in_the_directory_durably(open_log, os_calls):
-    """Rolling creates the new segment's file and fsyncs the directory, so records flushed
-    into it are not lost with a directory entry that never reached the disk."""
+def test_a_flush_into_a_rolled_segment_makes_its_directory_entry_durable(open_log, os_calls):
+    """Rolling creates the new segment's file; the flush that first covers records in it
+    fsyncs the directory too, so they are not lost with a directory entry that never reached
+    the disk (Kafka's flush does the same)."""
     log = open_log()
     log.append_as_leader(batch([b"a"]), leader_epoch=0)
     os_calls.events.clear()
     segment = log.roll()
+    log.append_as_leader(batch([b"b"]), leader_epoch=0)
+    log.flush()
     assert os_calls.directory_synced_after(("create", segment.log_path), log.directory), (
         os_calls.events
     )
