@@ -80,6 +80,7 @@ def compact(log: "Log", now_ms: int, force: bool = False) -> CompactionResult:
     segments = cleanable_segments(log, now_ms)
     if not segments:
         return result
+    log.allow_offset_gaps()
     latest = _build_offset_map(segments)
     tombstone_horizon = now_ms - log.config.delete_retention_ms
     for group in _group_segments(segments, log.config.segment_bytes):
@@ -126,23 +127,29 @@ def _clean_group(
     tombstone_horizon: int,
     result: CompactionResult,
 ) -> None:
-    out = log.make_segment(group[0].base_offset, CLEANED_SUFFIX)
-    out.offset_index.reset()
-    out.time_index.reset()
-    for segment in group:
-        result.segments_in += 1
-        result.bytes_in += segment.size
-        for _, header, batch in segment.iter_batches(0, verify=True):
-            if header.is_control:
-                kept = bytes(batch)
-            else:
-                kept = _filter_batch(batch, latest, tombstone_horizon, result)
-            if kept is not None:
-                out.append([kept], [rb.read_header(kept)])
-    out.seal()
+    # new=True: a ``.cleaned`` file left by an earlier pass is discarded, never appended to.
+    out = log.make_segment(group[0].base_offset, CLEANED_SUFFIX, new=True)
+    try:
+        for segment in group:
+            result.segments_in += 1
+            result.bytes_in += segment.size
+            for _, header, batch in segment.iter_batches(0, verify=True):
+                if header.is_control:
+                    kept = bytes(batch)
+                else:
+                    kept = _filter_batch(batch, latest, tombstone_horizon, result)
+                if kept is not None:
+                    out.append([kept], [rb.read_header(kept)])
+        out.seal()
+        out.rename_suffix(SWAP_SUFFIX)
+    except BaseException:
+        # Nothing of the log has changed yet: drop the partial output so no later pass or
+        # open can take it for a finished one.
+        out.delete()
+        raise
     result.segments_out += 1
     result.bytes_out += out.size
-    out.rename_suffix(SWAP_SUFFIX)
+    # The rename to .swap was the commit point: from here a crash is finished on open.
     log.replace_segments(group, out)
 
 

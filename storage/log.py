@@ -14,6 +14,7 @@ import time
 from typing import Callable, NamedTuple
 
 from rafka.errors import InvalidFetchSize, InvalidRecord, OffsetOutOfRange
+from rafka.storage import files
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import (
     fsync_directory,
@@ -27,6 +28,7 @@ from rafka.storage.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
 from rafka.storage.log_loader import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_FILE,
+    OFFSET_GAPS_FILE,
     RECOVERY_POINT_FILE,
     RecoveryReport,
     ensure_writable_directory,
@@ -111,9 +113,10 @@ class Log:
         self.clock = clock
         ensure_writable_directory(directory)
         self._directory_unsynced = False  # a segment was created since the last directory fsync
+        self._offset_gaps_recorded = files.exists(self._path(OFFSET_GAPS_FILE))
         self.epoch_cache = LeaderEpochCache(self._path(CHECKPOINT_FILE))
         loaded, self.recovery_report, checkpointed_start = load_segments(
-            directory, self.make_segment, self._on_recovered_batch, not self.config.compact
+            directory, self.make_segment, self._on_recovered_batch, self.config.compact
         )
         if not loaded:
             loaded = [self.make_segment(checkpointed_start or 0, "", new=True)]
@@ -270,6 +273,12 @@ class Log:
             view, self.config, self.directory, allow_control=True, as_follower=True
         )
         check_follower_offsets(batches, self.log_end_offset)
+        expected = self.log_end_offset
+        for _, header in batches:
+            if header.base_offset != expected:  # the leader's log was compacted
+                self.allow_offset_gaps()
+                break
+            expected = header.next_offset
         self._write([([view[p : p + h.size]], h) for p, h in batches])
         return appended([h for _, h in batches], -1, self.log_start_offset)
 
@@ -305,7 +314,8 @@ class Log:
         segment = self.active_segment
         if segment.size == 0:
             return
-        age = max_timestamp - (segment.first_batch_timestamp or max_timestamp)
+        first = segment.first_batch_timestamp  # 0 is a real timestamp: compare with None
+        age = 0 if first is None else max_timestamp - first
         if (
             segment.size + size > self.config.segment_bytes
             or age > self.config.segment_ms
@@ -401,11 +411,17 @@ class Log:
             return self.log_end_offset
         # As Kafka does, a segment starting exactly at ``offset`` stays (emptied): it carries
         # the log end even when compaction removed the records just below it.
-        self._segments.delete_after(offset)
+        if self._segments.delete_after(offset):
+            # The removals are durable before the active segment shrinks: a power loss must
+            # not bring back later segments behind a truncated one (a hole in the log).
+            fsync_directory(self.directory)
         straddling = self.active_segment.find_batch(offset)
         self.active_segment.truncate_to(offset)
         if straddling is not None and straddling[1].base_offset < offset:
-            self.log_end_offset = straddling[1].base_offset  # that batch went whole
+            # The batch holding ``offset`` went whole, records below ``offset`` too. Kafka
+            # would still put the log end at ``offset``, leaving a hole of records this
+            # replica never gets back; ending at the batch's base lets it fetch them again.
+            self.log_end_offset = straddling[1].base_offset
         else:
             self.log_end_offset = offset
         self._after_truncation()
@@ -483,6 +499,14 @@ class Log:
             self._move_log_start(self.segments[0].base_offset)
         self.producer_state.delete_snapshots_below(self.log_start_offset)
         return freed
+
+    def allow_offset_gaps(self) -> None:
+        """Record, durably and before any gap is written, that this log may have gaps between
+        batches, so recovery never takes them for damage (even once cleanup.policy is
+        delete). Compaction calls it before its first pass."""
+        if not self._offset_gaps_recorded:
+            write_atomically(self._path(OFFSET_GAPS_FILE), b"")
+            self._offset_gaps_recorded = True
 
     def replace_segments(self, old: list[Segment], new: Segment) -> None:
         """Put a compacted segment (files carrying the .swap suffix) in place of ``old``.

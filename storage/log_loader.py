@@ -6,6 +6,8 @@ Files the loader reads besides the segments:
                          and removal are both made durable with a directory fsync)
     recovery-point       offset below which every batch was fsynced (written at roll and close)
     log-start-offset     the log start offset when it moved inside a segment (delete_records)
+    offset-gaps          present once the log has had a gap between batches (compaction here
+                         or on the leader it copies); written durably before the first gap
 
 After a clean shutdown every segment is trusted and only its indexes are sanity-checked
 (rebuilt when they disagree with the log). After an unclean one, every segment from the one
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
+OFFSET_GAPS_FILE = "offset-gaps"
 
 
 @dataclass
@@ -153,21 +156,24 @@ def load_segments(
     directory: str,
     make_segment: Callable[[int, str], Segment],
     on_recovered_batch: Callable[[rb.BatchHeader], None],
-    contiguous: bool,
+    gaps_allowed: bool,
 ) -> tuple[list[Segment], RecoveryReport, int | None]:
     """Open every segment of ``directory`` (which must exist), recovering those that may be
     torn.
 
     Returns (segments in offset order, report, checkpointed log start offset or None).
     ``on_recovered_batch`` sees each batch header re-read during recovery, in order, so the
-    caller can rebuild state (leader epochs) derived from them. ``contiguous`` says the log is
-    never compacted, so its batches must follow each other without gaps.
+    caller can rebuild state (leader epochs) derived from them. Recovery takes a gap between
+    batches for damage unless ``gaps_allowed`` (a compacted topic) or the directory holds the
+    ``offset-gaps`` marker (the log got gaps once: a topic compacted before its policy became
+    delete keeps them).
     """
     complete_interrupted_swaps(directory, make_segment)
     marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
     clean = files.exists(marker)
     report = RecoveryReport(clean_shutdown=clean)
     recovery_point = read_offset(os.path.join(directory, RECOVERY_POINT_FILE)) or 0
+    contiguous = not (gaps_allowed or files.exists(os.path.join(directory, OFFSET_GAPS_FILE)))
     log_start = read_offset(os.path.join(directory, LOG_START_OFFSET_FILE))
 
     bases = sorted(

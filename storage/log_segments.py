@@ -107,10 +107,14 @@ class LogSegments:
         self.ordered.pop().delete()
         self.bases.pop()
 
-    def delete_after(self, offset: int) -> None:
-        """Delete every segment starting past ``offset``, keeping at least the first."""
+    def delete_after(self, offset: int) -> int:
+        """Delete every segment starting past ``offset``, keeping at least the first; returns
+        how many went."""
+        deleted = 0
         while len(self.ordered) > 1 and self.bases[-1] > offset:
             self.delete_active()
+            deleted += 1
+        return deleted
 
     def delete_all_and_start(self, make_segment: Callable[[], Segment]) -> None:
         """Delete every segment, then make the one that replaces them all (it may take the

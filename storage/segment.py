@@ -148,8 +148,9 @@ class Segment:
         log at the first batch that is torn or corrupt; ``on_batch`` sees each valid header.
 
         The base offset sits outside the CRC. Offsets never go backwards in any log, and with
-        ``contiguous`` (a log that is never compacted) each batch must start exactly where the
-        previous one ended, so a damaged base offset is caught too. Returns what was found."""
+        ``contiguous`` (a log that has never had a gap: see log_loader) each batch must start
+        exactly where the previous one ended, so a damaged base offset is caught too.
+        Returns what was found."""
         self.offset_index.reset()
         self.time_index.reset()
         self.next_offset = self.base_offset

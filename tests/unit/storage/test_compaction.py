@@ -210,3 +210,30 @@ def test_delete_records_into_a_compacted_gap_keeps_the_segment_that_holds_the_ga
     assert again.delete_records(2) == 2
     assert (again.log_start_offset, again.high_watermark) == (2, 2)
     assert [(o, v) for o, _, v, _ in read_all(again)] == [(3, b"y")]
+
+
+def test_truncating_inside_a_compacted_batch_ends_at_its_base_and_fetches_it_again(
+    open_log, clock
+):
+    """A batch that lost its last records to compaction still spans them; truncating to an
+    offset inside it removes it whole, so the log ends at its base (not at the target, which
+    would leave a hole of records this replica never gets back), and the same batch from the
+    leader is taken again, across a reopen too."""
+    leader = open_log({**COMPACT, "segment.bytes": 10_000})
+    keys = [b"k%d" % i for i in range(10)]
+    leader.append_as_leader(batch([b"old"] * 10, keys, timestamp=clock.now), leader_epoch=0)
+    leader.append_as_leader(batch([b"new"] * 5, keys[5:], timestamp=clock.now), leader_epoch=0)
+    leader.roll()
+    leader.update_high_watermark(leader.log_end_offset)
+    compact(leader, clock.now, force=True)
+    assert [o for o, *_ in read_all(leader)] == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]
+    follower = open_log({**COMPACT, "segment.bytes": 10_000}, leader.directory + "-follower")
+    follower.append_as_follower(leader.read(0, 1 << 20).records)
+    follower.update_high_watermark(7)
+    assert follower.truncate_to(7) == 0
+    assert (follower.log_end_offset, follower.high_watermark) == (0, 0)
+    follower.close()
+    again = open_log({**COMPACT, "segment.bytes": 10_000}, leader.directory + "-follower")
+    assert again.log_end_offset == 0
+    again.append_as_follower(leader.read(0, 1 << 20).records)
+    assert read_all(again) == read_all(leader)

@@ -78,7 +78,7 @@ def test_removing_the_clean_shutdown_marker_fsyncs_the_directory(open_log, os_ca
     os_calls.events.clear()
     segments, report, _ = load_segments(
         directory, lambda base, suffix: Segment(directory, base, 4096, 1024, suffix),
-        lambda header: None, contiguous=True,
+        lambda header: None, gaps_allowed=False,
     )  # fmt: skip
     try:
         assert report.clean_shutdown

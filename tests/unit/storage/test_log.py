@@ -299,3 +299,11 @@ def test_clean_reopen_keeps_everything_and_checks_nothing_twice(open_log):
     assert not again.recovery_report.dropped_data
     assert read_all(again) == before
     assert again.append_as_leader(batch([b"n"]), leader_epoch=0).first_offset == 20
+
+
+def test_segment_rolls_on_age_when_the_first_batch_has_timestamp_zero(open_log):
+    """Timestamp 0 is a time like any other: the segment still rolls segment.ms after it."""
+    log = open_log({"segment.ms": 1000})
+    log.append_as_leader(batch([1], timestamp=0), leader_epoch=0)
+    log.append_as_leader(batch([2], timestamp=1001), leader_epoch=0)
+    assert len(log.segments) == 2
