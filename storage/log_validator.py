@@ -5,18 +5,40 @@ A pure stage (Kafka's LogValidator): bytes and a config in, checked headers or p
 buffers out; nothing here touches a file. The log calls ``validate_batches`` on every append,
 ``prepare_leader_batches`` on a leader's and ``check_follower_offsets`` on a follower's, then
 writes what comes back and answers with ``appended``.
+
+A leader also checks each batch's records section (``check_records``): a batch that passes
+reads back with ``decode_records`` and the columnar reader, so no consumer ever meets a
+batch it cannot read. A follower does not: it copies batches the leader already checked, and
+compaction may have left gaps in their offsets.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from rafka.errors import InvalidRecord, RecordTooLarge
+from rafka.errors import CorruptRecord, InvalidRecord, RecordTooLarge
 from rafka.storage import record_batch as rb
 from rafka.storage.config import LogConfig
 
 # A leader-prepared batch: the buffers whose concatenation is its bytes, and its final header.
 PreparedBatch = tuple[list, rb.BatchHeader]
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INTS = frozenset({int})  # exact types: msgpack gives bool and float for true and 1.0
+_BINARY_CELLS = frozenset({bytes, type(None)})
+_HEADER_CELLS = frozenset({list, type(None)})
+_CODEC_BITS = 0x07  # attributes bits 0-2 (record_batch's header layout)
+
+
+class ValidatedBatches(list):
+    """(position, header) of each checked batch of a request, in order. ``sections`` maps
+    the position of each batch the topic will re-encode (its codec differs from
+    compression.type) to its decompressed records section, so that section is decompressed
+    once per append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: dict[int, bytes | memoryview] = {}
 
 
 class LogAppendInfo(NamedTuple):
@@ -49,14 +71,16 @@ def validate_batches(
     where: str,
     allow_control: bool,
     as_follower: bool = False,
-) -> list[tuple[int, rb.BatchHeader]]:
+) -> ValidatedBatches:
     """(position, header) of every batch in ``view``, each checked for length, magic, CRC
-    and size limits. A follower's batches skip max.message.bytes (the leader already took
+    and size limits, and for a leader (not ``as_follower``) its records section too (see
+    ``check_records``). A follower's batches skip max.message.bytes (the leader already took
     them) and may have compacted-away records. ``where`` names the log in errors."""
     if len(view) == 0:
         raise InvalidRecord("an append needs at least one batch, got 0 bytes")
     limit = config.max_message_bytes
-    batches = []
+    codec = None if as_follower else target_codec(config)
+    batches = ValidatedBatches()
     for position, header in rb.iter_batches(view, verify=True):
         if header.size > limit and not as_follower:
             raise RecordTooLarge(
@@ -76,8 +100,142 @@ def validate_batches(
                 f"batch declares {header.record_count} records but last offset delta "
                 f"{header.last_offset_delta}; a producer's batch has offsets 0..n-1"
             )
+        if not as_follower:
+            section = check_records(view[position : position + header.size], header, position)
+            if codec is not None and header.codec is not codec:
+                batches.sections[position] = section
         batches.append((position, header))
     return batches
+
+
+def check_records(batch: memoryview, header: rb.BatchHeader, position: int = 0) -> bytes:
+    """Check that the records section of a client's ``batch`` (whose header was checked)
+    holds exactly ``record_count`` records a consumer can read, at offset deltas 0..n-1;
+    return the decompressed section. Raises InvalidRecord naming the batch by its byte
+    ``position`` in the request.
+
+    Cost: one decompression, one msgpack unpacking (packed columns stay views) and a
+    type scan per column; no per-record Python work beyond that, except for record headers
+    and control records."""
+    try:
+        section = rb.decompress(header.codec, batch[rb.HEADER_SIZE :])
+        columns = rb.unpack_section(header, section, packed=True)
+    except CorruptRecord as e:
+        raise _unreadable(
+            position, f"{e}; encode the records section as record_batch.py describes (one "
+            "msgpack array of five columns, compressed with the batch's codec)",
+        ) from e  # fmt: skip
+    problem = _columns_problem(columns, header)
+    if problem is None and header.is_control:
+        problem = _control_problem(columns)
+    if problem is not None:
+        raise _unreadable(position, problem)
+    return section
+
+
+def _unreadable(position: int, problem: str) -> InvalidRecord:
+    # Not CorruptRecord: that one is retriable, and the CRC matched, so the same bytes sent
+    # again would fail the same way.
+    return InvalidRecord(f"batch at byte {position} of the request: {problem}")
+
+
+def _columns_problem(columns: list, header: rb.BatchHeader) -> str | None:
+    """What makes these five unpacked columns unreadable as ``header.record_count`` records,
+    or None when nothing does."""
+    offset_deltas, timestamp_deltas, keys, values, headers = columns
+    n = header.record_count
+    if offset_deltas is not None and not (
+        type(offset_deltas) is list
+        and _INTS.issuperset(map(type, offset_deltas))
+        and offset_deltas == list(range(n))
+    ):
+        return (
+            f"offset deltas must be 0..{n - 1} (or nil) for a producer's batch of {n} records, "
+            f"got {_describe_offsets(offset_deltas, n)}; number the records consecutively from 0"
+        )
+    if timestamp_deltas is not None:
+        if not _is_column(timestamp_deltas, n) or not _INTS.issuperset(
+            map(type, timestamp_deltas)
+        ):
+            return _bad_column("timestamp deltas", "integer (ms)", timestamp_deltas, n)
+        if n and not (
+            _INT64_MIN <= header.first_timestamp + min(timestamp_deltas)
+            and header.first_timestamp + max(timestamp_deltas) <= _INT64_MAX
+        ):
+            return "timestamp deltas take record timestamps outside int64 milliseconds"
+    if keys is not None and not _is_binary_column(keys, n):
+        return _bad_column("keys", "bin or nil", keys, n)
+    if not _is_binary_column(values, n):
+        return _bad_column("values", "bin or nil", values, n)
+    if headers is not None:
+        if not _is_column(headers, n) or not _HEADER_CELLS.issuperset(map(type, headers)):
+            return _bad_column("headers", "nil or array of [str, bin or nil]", headers, n)
+        for record_headers in headers:
+            # Only records that carry headers cost a loop here.
+            for pair in record_headers or ():
+                if not (
+                    type(pair) is list
+                    and len(pair) == 2
+                    and type(pair[0]) is str
+                    and type(pair[1]) in _BINARY_CELLS
+                ):
+                    return (
+                        f"a record header must be a [str, bin or nil] pair, got "
+                        f"{_describe(pair)}"
+                    )
+    return None
+
+
+def _is_column(column, n: int) -> bool:
+    return type(column) is list and len(column) == n
+
+
+def _is_binary_column(column, n: int) -> bool:
+    if type(column) is rb.PackedColumn:
+        return len(column.lengths) == n  # its lengths and data were checked when unpacked
+    return _is_column(column, n) and _BINARY_CELLS.issuperset(map(type, column))
+
+
+def _bad_column(name: str, cells: str, column, n: int) -> str:
+    return (
+        f"the {name} column must be an array holding one {cells} per record ({n}, the "
+        f"header's record_count), got {_describe(column)}"
+    )
+
+
+def _describe(value) -> str:
+    """A value's shape for an error message: its type, and for an array its length and the
+    types of its cells."""
+    if type(value) is rb.PackedColumn:
+        return f"a packed column of {len(value.lengths)}"
+    if type(value) is list:
+        kinds = sorted({"nil" if v is None else type(v).__name__ for v in value})
+        return f"an array of {len(value)}" + (f" of {', '.join(kinds)}" if kinds else "")
+    return f"a {type(value).__name__}"
+
+
+def _describe_offsets(deltas, n: int) -> str:
+    if type(deltas) is list and len(deltas) == n:
+        for i, delta in enumerate(deltas):
+            if type(delta) is not int or delta != i:
+                return f"{delta!r} for record {i} in {_describe(deltas)}"
+    return _describe(deltas)
+
+
+def _control_problem(columns: list) -> str | None:
+    """Every record of a control batch must be a transaction marker. A coordinator writes one
+    marker per batch, so the per-record work here is negligible."""
+    _, _, keys, values, _ = columns
+    if keys is None:
+        return "a control record needs a key (version, type); encode it with encode_control_batch"
+    keys = keys.to_list() if type(keys) is rb.PackedColumn else keys
+    values = values.to_list() if type(values) is rb.PackedColumn else values
+    for key, value in zip(keys, values):
+        try:
+            rb.parse_control_record(key, value)
+        except CorruptRecord as e:
+            return f"{e}; encode control records with encode_control_batch"
+    return None
 
 
 def check_follower_offsets(
@@ -111,13 +269,18 @@ def prepare_leader_batches(
 ) -> list[PreparedBatch]:
     """Give each validated batch its offsets (from ``next_offset``) and the leader epoch by
     patching its header, and stamp ``append_time`` when it is >= 0 (LogAppendTime). Records
-    are re-encoded only when the topic's compression.type differs from the batch's codec."""
+    are recompressed only when the topic's compression.type differs from the batch's codec,
+    from the section ``validate_batches`` decompressed when it kept it."""
     codec = target_codec(config)
+    sections = getattr(batches, "sections", {})
     prepared: list[PreparedBatch] = []
     for position, header in batches:
         batch = view[position : position + header.size]
         if codec is not None and header.codec is not codec:
-            batch = memoryview(rb.reencode(rb.decode_records(batch), codec=codec))
+            section = sections.get(position)
+            if section is None:
+                section = rb.decompress(header.codec, batch[rb.HEADER_SIZE :])
+            batch = memoryview(recompress(header, section, codec))
             header = rb.read_header(batch)
         head = bytearray(batch[: rb.HEADER_SIZE])
         body = batch[rb.HEADER_SIZE :]
@@ -128,3 +291,23 @@ def prepare_leader_batches(
         prepared.append(([head, body], rb.BatchHeader._make(rb.HEADER.unpack_from(head))))
         next_offset += header.last_offset_delta + 1
     return prepared
+
+
+def recompress(header: rb.BatchHeader, section, codec: rb.Codec) -> bytes:
+    """The batch with this ``header`` and decompressed records ``section``, compressed with
+    ``codec`` instead. The section's format does not depend on the codec, so every record
+    and header field stays as it was (packed columns stay packed); only the codec bits, the
+    length and the CRC change."""
+    return rb.assemble_batch(
+        rb.compress(codec, section),
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=header.attributes & ~_CODEC_BITS | int(codec),
+        last_offset_delta=header.last_offset_delta,
+        first_timestamp=header.first_timestamp,
+        max_timestamp=header.max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        record_count=header.record_count,
+    )
