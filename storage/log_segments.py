@@ -74,18 +74,15 @@ class LogSegments:
     def offset_for_timestamp(
         self, timestamp: int, log_start_offset: int
     ) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or above ``log_start_offset`` whose
-        timestamp is at or after ``timestamp``, or None when there is none."""
+        """(offset, timestamp) of the first record, in offset order, at or above
+        ``log_start_offset`` whose timestamp is at or after ``timestamp``, or None when
+        there is none."""
         for segment in self.ordered:
-            if segment.max_timestamp < timestamp:
+            if segment.max_timestamp < timestamp or segment.next_offset <= log_start_offset:
                 continue
-            found = segment.find_offset_by_timestamp(timestamp)
-            if found is None:
-                continue
-            records = rb.decode_records(found[1])
-            for record_offset, record_ts in zip(records.offsets, records.timestamps):
-                if record_ts >= timestamp and record_offset >= log_start_offset:
-                    return record_offset, record_ts
+            found = _first_record_at_or_after(segment, timestamp, log_start_offset)
+            if found is not None:
+                return found
         return None
 
     # -- changes -------------------------------------------------------------------------------
@@ -146,3 +143,26 @@ class LogSegments:
             raise ValueError(f"a segment at {segment.base_offset} is already in the log")
         self.ordered.insert(at, segment)
         self.bases.insert(at, segment.base_offset)
+
+
+def _first_record_at_or_after(
+    segment: Segment, timestamp: int, log_start_offset: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of ``segment`` at or above
+    ``log_start_offset`` whose timestamp is at or after ``timestamp``, or None.
+
+    The scan starts at the later of the time index's answer (every record before it is
+    older than ``timestamp``) and the batch holding the log start, and goes on to the
+    segment's end: with timestamps out of order, or with the log start inside the segment,
+    the first batch reaching ``timestamp`` may hold no record that counts."""
+    start = max(segment.time_index.lookup(timestamp), log_start_offset)
+    _, position = segment.offset_index.lookup(start)
+    for position, header in segment.iter_headers(position):
+        # Only batches that can hold an answer are read and decoded.
+        if header.last_offset < start or header.max_timestamp < timestamp:
+            continue
+        records = rb.decode_records(segment.read_at(position, header.size))
+        for offset, record_timestamp in zip(records.offsets, records.timestamps):
+            if record_timestamp >= timestamp and offset >= start:
+                return offset, record_timestamp
+    return None
