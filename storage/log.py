@@ -132,6 +132,8 @@ class Log:
         if self.epoch_cache.needs_rebuild:
             rebuild_leader_epochs(self.epoch_cache, self._segments, self.log_start_offset)
         self.recovery_point = self.log_end_offset
+        # Segments deleted below the log start before a crash could move its checkpoint.
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self.producer_state = ProducerStateManager(directory, self.config.producer_id_expiration_ms)
         self._rebuild_producer_state()
@@ -165,9 +167,12 @@ class Log:
         return segment
 
     def _on_recovered_batch(self, header: rb.BatchHeader) -> None:
-        # A cache that needs a rebuild is rebuilt from every batch once recovery is over.
-        if header.partition_leader_epoch >= 0 and not self.epoch_cache.needs_rebuild:
-            self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        # Only epochs newer than the cache's latest are added, as Kafka's recovery does:
+        # re-assigning an older epoch would drop the entries after it. (A cache that needs a
+        # rebuild is rebuilt from every batch once recovery is over.)
+        epoch = header.partition_leader_epoch
+        if epoch > self.epoch_cache.latest_epoch and not self.epoch_cache.needs_rebuild:
+            self.epoch_cache.assign(epoch, header.base_offset)
 
     def _rebuild_producer_state(self) -> None:
         """Load the newest snapshot at or below the log end and replay headers after it."""

@@ -372,6 +372,9 @@ class Segment:
         except OSError as e:
             raise _storage_error("truncate", self.log_path, e) from e
         self.size = size
+        # A shorter file is a change the next flush must sync like an append: otherwise a
+        # power loss brings back records truncated as divergent.
+        self._unflushed = True
 
     def seal(self) -> None:
         """Called when this segment stops being active: record the final max timestamp in the
