@@ -1,9 +1,8 @@
 """A partition's log: its segments, offsets, appends, flushing, truncation and cleanup hooks.
 
-Directory ``<data>/<topic>-<partition>/`` holds the segments (see segment.py), the
-``leader-epoch-checkpoint``, producer-state ``*.snapshot`` files, the small offset files of
-log_loader.py and ``high-watermark``. The contract (offsets, durability per flush setting,
-concurrency) is ``Log``'s docstring.
+Directory ``<data>/<topic>-<partition>/`` holds the segments (see segment.py), producer-state
+``*.snapshot`` files and the small state files of log_directory.py. The contract (offsets,
+durability per flush setting, concurrency) is ``Log``'s docstring.
 """
 
 from __future__ import annotations
@@ -14,27 +13,12 @@ import time
 from typing import Callable, NamedTuple
 
 from rafka.errors import InvalidFetchSize, InvalidRecord, OffsetOutOfRange
-from rafka.storage import files
 from rafka.storage import record_batch as rb
-from rafka.storage.checkpoint import (
-    fsync_directory,
-    read_offset,
-    write_atomically,
-    write_offset,
-)
 from rafka.storage.config import LogConfig
 from rafka.storage.flush_policy import FlushPolicy
 from rafka.storage.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
-from rafka.storage.log_loader import (
-    CLEAN_SHUTDOWN_FILE,
-    LOG_START_OFFSET_FILE,
-    OFFSET_GAPS_FILE,
-    RECOVERY_POINT_FILE,
-    RecoveryReport,
-    ensure_writable_directory,
-    load_segments,
-    rebuild_leader_epochs,
-)
+from rafka.storage.log_directory import LogDirectory
+from rafka.storage.log_loader import RecoveryReport, load_segments, rebuild_leader_epochs
 from rafka.storage.log_segments import LogSegments
 from rafka.storage.log_validator import (
     LogAppendInfo,
@@ -49,7 +33,6 @@ from rafka.storage.segment import Segment
 
 log = logging.getLogger(__name__)
 
-HIGH_WATERMARK_FILE = "high-watermark"
 _IOV_MAX = 1024  # writev's limit on buffers per call (Linux)
 _MAX_RELATIVE_OFFSET = 2**32 - 1  # index entries store offsets relative to the segment base
 
@@ -111,19 +94,14 @@ class Log:
         self.directory = directory
         self.config = config or LogConfig()
         self.clock = clock
-        ensure_writable_directory(directory)
-        self._directory_unsynced = False  # a segment was created since the last directory fsync
-        self._offset_gaps_recorded = files.exists(self._path(OFFSET_GAPS_FILE))
-        self.epoch_cache = LeaderEpochCache(self._path(CHECKPOINT_FILE))
+        self.files = LogDirectory(directory, self.config)
+        self.epoch_cache = LeaderEpochCache(self.files.file(CHECKPOINT_FILE))
         loaded, self.recovery_report, checkpointed_start = load_segments(
-            directory, self.make_segment, self._on_recovered_batch, self.config.compact
+            directory, self.files.make_segment, self._on_recovered_batch, self.config.compact
         )
         if not loaded:
-            loaded = [self.make_segment(checkpointed_start or 0, "", new=True)]
-            # A new log: its first segment and the partition directory's own entry in the data
-            # directory must both survive a power loss once anything in them is flushed.
-            fsync_directory(directory)
-            fsync_directory(os.path.dirname(os.path.abspath(directory)))
+            loaded = [self.files.make_segment(checkpointed_start or 0, "", new=True)]
+            self.files.sync_new_log()
         self._segments = LogSegments(loaded)
         self.log_end_offset = self.active_segment.next_offset
         self.log_start_offset = min(
@@ -138,33 +116,19 @@ class Log:
         self.producer_state = ProducerStateManager(directory, self.config.producer_id_expiration_ms)
         self._rebuild_producer_state()
         self.high_watermark = self.log_start_offset
-        self._set_high_watermark(read_offset(self._path(HIGH_WATERMARK_FILE)) or 0)
+        self._set_high_watermark(self.files.read_high_watermark())
         self.flush_policy = FlushPolicy(self.config, self.clock())
         if self.recovery_report.dropped_data:
             log.warning("%s: %s", directory, self.recovery_report.summary())
         # Everything that survived recovery is on disk now: record it, so a crash before the
         # next roll re-validates only what is appended from here on.
-        write_offset(self._path(RECOVERY_POINT_FILE), self.recovery_point)
+        self.files.write_recovery_point(self.recovery_point)
 
     # -- opening -------------------------------------------------------------------------------
 
-    def _path(self, name: str) -> str:
-        return os.path.join(self.directory, name)
-
     def make_segment(self, base_offset: int, suffix: str, new: bool = False) -> Segment:
-        """The segment at ``base_offset`` whose files carry ``suffix``: opened as found, or
-        with ``new`` started empty (replacing any file at its names)."""
-        segment = Segment(
-            self.directory,
-            base_offset,
-            self.config.index_interval_bytes,
-            max(self.config.segment_index_bytes // 8, 1),
-            suffix,
-            new,
-        )
-        if new:
-            self._directory_unsynced = True
-        return segment
+        """See LogDirectory.make_segment (compaction makes its output with it)."""
+        return self.files.make_segment(base_offset, suffix, new)
 
     def _on_recovered_batch(self, header: rb.BatchHeader) -> None:
         # Only epochs newer than the cache's latest are added, as Kafka's recovery does:
@@ -335,9 +299,9 @@ class Log:
         if self.active_segment.size == 0:
             return self.active_segment
         self.active_segment.seal()
-        self._sync_directory_if_needed()
+        self.files.sync_if_needed()
         self.recovery_point = self.log_end_offset
-        write_offset(self._path(RECOVERY_POINT_FILE), self.recovery_point)
+        self.files.write_recovery_point(self.recovery_point)
         self.producer_state.remove_expired(self.clock())
         self.producer_state.take_snapshot(self.log_end_offset)
         self.producer_state.delete_snapshots_below(self.log_start_offset)
@@ -346,7 +310,7 @@ class Log:
     def _add_active_segment(self) -> Segment:
         """Start an empty segment at the log end offset (its directory entry is synced by the
         next flush, before any record in it counts as flushed)."""
-        segment = self.make_segment(self.log_end_offset, "", new=True)
+        segment = self.files.make_segment(self.log_end_offset, "", new=True)
         self._segments.add(segment)
         return segment
 
@@ -363,12 +327,7 @@ class Log:
         was last synced, the directory: a flushed record in a file whose directory entry is
         still in the page cache is lost with it (Kafka's flush does the same)."""
         self.active_segment.flush()
-        self._sync_directory_if_needed()
-
-    def _sync_directory_if_needed(self) -> None:
-        if self._directory_unsynced:
-            fsync_directory(self.directory)
-            self._directory_unsynced = False
+        self.files.sync_if_needed()
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush.ms`` has passed since the last flush (call from a timer)."""
@@ -419,7 +378,7 @@ class Log:
         if self._segments.delete_after(offset):
             # The removals are durable before the active segment shrinks: a power loss must
             # not bring back later segments behind a truncated one (a hole in the log).
-            fsync_directory(self.directory)
+            self.files.sync()
         straddling = self.active_segment.find_batch(offset)
         self.active_segment.truncate_to(offset)
         if straddling is not None and straddling[1].base_offset < offset:
@@ -451,9 +410,11 @@ class Log:
         whose log now starts later). Producer state goes with it, snapshots included, as in
         Kafka: a snapshot of the discarded log would answer retries with offsets it no longer
         has and refuse sequences the new leader accepted."""
-        self._segments.delete_all_and_start(lambda: self.make_segment(offset, "", new=True))
+        self._segments.delete_all_and_start(
+            lambda: self.files.make_segment(offset, "", new=True)
+        )
         self.log_start_offset = self.log_end_offset = offset
-        write_offset(self._path(LOG_START_OFFSET_FILE), offset)
+        self.files.write_log_start_offset(offset)
         self.epoch_cache.clear()
         self.producer_state.truncate_fully()
         self._after_truncation()
@@ -464,7 +425,7 @@ class Log:
         self._set_high_watermark(self.high_watermark)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self._flush_active_segment()
-        write_offset(self._path(RECOVERY_POINT_FILE), self.recovery_point)
+        self.files.write_recovery_point(self.recovery_point)
 
     def delete_records(self, before_offset: int) -> int:
         """Move the log start offset up to ``before_offset`` (Kafka's DeleteRecords) and delete
@@ -483,7 +444,7 @@ class Log:
 
     def _move_log_start(self, offset: int) -> None:
         self.log_start_offset = offset
-        write_offset(self._path(LOG_START_OFFSET_FILE), offset)
+        self.files.write_log_start_offset(offset)
         self.epoch_cache.truncate_from_start(offset)
         self._set_high_watermark(self.high_watermark)
 
@@ -509,9 +470,7 @@ class Log:
         """Record, durably and before any gap is written, that this log may have gaps between
         batches, so recovery never takes them for damage (even once cleanup.policy is
         delete). Compaction calls it before its first pass."""
-        if not self._offset_gaps_recorded:
-            write_atomically(self._path(OFFSET_GAPS_FILE), b"")
-            self._offset_gaps_recorded = True
+        self.files.allow_offset_gaps()
 
     def replace_segments(self, old: list[Segment], new: Segment) -> None:
         """Put a compacted segment (files carrying the .swap suffix) in place of ``old``.
@@ -524,19 +483,19 @@ class Log:
     # -- closing -------------------------------------------------------------------------------
 
     def checkpoint_high_watermark(self) -> None:
-        write_offset(self._path(HIGH_WATERMARK_FILE), self.high_watermark)
+        self.files.write_high_watermark(self.high_watermark)
 
     def close(self) -> None:
         """Seal, flush, checkpoint and mark the shutdown clean, so the next open skips
         recovery and reads only the tail of each segment."""
         self.active_segment.seal()
         self.flush()
-        write_offset(self._path(RECOVERY_POINT_FILE), self.recovery_point)
+        self.files.write_recovery_point(self.recovery_point)
         self.checkpoint_high_watermark()
         self.producer_state.take_snapshot(self.log_end_offset)
         for segment in self.segments:
             segment.close()
-        write_atomically(self._path(CLEAN_SHUTDOWN_FILE), b"")
+        self.files.mark_clean_shutdown()
 
     def abandon(self) -> None:
         """Close file handles without flushing or marking a clean shutdown (tests use it to
