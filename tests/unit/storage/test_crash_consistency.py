@@ -191,3 +191,48 @@ def test_a_truncation_survives_a_power_loss_once_truncate_to_returns(tmp_path, m
         assert reopened.log_end_offset == 12
     finally:
         reopened.abandon()
+
+
+def _power_loss_after(tmp_path, monkeypatch, workload) -> tuple[Image, Ledger, int]:
+    """Run ``workload(driver)`` under the recorder; the power-loss image at its end."""
+    root = str(tmp_path / "live")
+    os.makedirs(root)
+    recorder = Recorder(root)
+    with monkeypatch.context() as patched:
+        recorder.install(patched)
+        ledger = Ledger()
+        driver = Driver(root, {"segment.bytes": 600}, recorder, ledger)
+        workload(driver)
+        image = power_loss_now(recorder)
+        driver.log.abandon()
+    return image, ledger, len(recorder.operations)
+
+
+def test_records_flushed_into_a_newly_rolled_segment_survive_a_power_loss(tmp_path, monkeypatch):
+    """The flush that first covers a segment created by a roll syncs the directory too."""
+
+    def roll_then_flush(driver):
+        for _ in range(12):
+            driver.append([b"y" * 40] * 2)
+        assert len(driver.log.segments) > 1
+        driver.flush()
+
+    image, ledger, point = _power_loss_after(tmp_path, monkeypatch, roll_then_flush)
+    assert check_image(image, str(tmp_path / "image"), {"segment.bytes": 600}, ledger, point,
+                       contiguous=True) is None  # fmt: skip
+
+
+def test_a_new_partition_directory_survives_a_power_loss_once_a_flush_returns(
+    tmp_path, monkeypatch
+):
+    """The partition directory's own entry in the data directory is synced when its log is
+    created, so a flushed record cannot vanish with the whole directory."""
+
+    def append_and_flush(driver):
+        driver.append([b"first"])
+        driver.flush()
+
+    image, ledger, point = _power_loss_after(tmp_path, monkeypatch, append_and_flush)
+    assert "topic-0" in image
+    assert check_image(image, str(tmp_path / "image"), {"segment.bytes": 600}, ledger, point,
+                       contiguous=True) is None  # fmt: skip

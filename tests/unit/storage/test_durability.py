@@ -23,7 +23,7 @@ class OsCalls:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events: list[tuple[str, str]] = []
         self._paths: dict[int, str] = {}
-        real_open, real_fsync = os.open, os.fsync
+        real_open, real_fsync, real_fdatasync = os.open, os.fsync, os.fdatasync
         real_unlink, real_replace = os.unlink, os.replace
 
         def open_(path, flags, *args, **kwargs):
@@ -37,6 +37,10 @@ class OsCalls:
             self.events.append(("fsync", self._paths.get(fd, f"fd {fd}")))
             return real_fsync(fd)
 
+        def fdatasync(fd):
+            self.events.append(("fdatasync", self._paths.get(fd, f"fd {fd}")))
+            return real_fdatasync(fd)
+
         def unlink(path, *args, **kwargs):
             self.events.append(("unlink", os.fspath(path)))
             return real_unlink(path, *args, **kwargs)
@@ -47,6 +51,7 @@ class OsCalls:
 
         monkeypatch.setattr(os, "open", open_)
         monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
         monkeypatch.setattr(os, "unlink", unlink)
         monkeypatch.setattr(os, "replace", replace)
 
@@ -112,3 +117,21 @@ def test_a_flush_into_a_rolled_segment_makes_its_directory_entry_durable(open_lo
     assert os_calls.directory_synced_after(("create", segment.log_path), log.directory), (
         os_calls.events
     )
+
+
+def test_an_index_rebuilt_on_a_clean_open_is_fsynced_before_the_open_returns(
+    open_log, os_calls, tmp_path
+):
+    """A clean-shutdown marker written later must never cover a rebuilt index still in the
+    page cache, so the rebuild syncs it."""
+    log = open_log({"segment.bytes": 400, "index.interval.bytes": 50})
+    for i in range(12):
+        log.append_as_leader(batch([b"x" * 40]), leader_epoch=0)
+    index_path = log.segments[0].offset_index.path
+    log.close()
+    with open(index_path, "r+b") as f:
+        f.write(b"\xff" * 8)  # an entry pointing past the log: the index is rebuilt
+    os_calls.events.clear()
+    reopened = open_log({"segment.bytes": 400, "index.interval.bytes": 50})
+    assert index_path in reopened.recovery_report.indexes_rebuilt
+    assert ("fdatasync", index_path) in os_calls.events, os_calls.events
