@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from rafka.errors import CorruptRecord, InvalidRecord, RecordTooLarge
 from rafka.storage import record_batch as rb
 from rafka.storage.config import LogConfig
@@ -101,14 +103,18 @@ def validate_batches(
                 f"{header.last_offset_delta}; a producer's batch has offsets 0..n-1"
             )
         if not as_follower:
-            section = check_records(view[position : position + header.size], header, position)
+            section = check_records(
+                view[position : position + header.size], header, position, config.compact
+            )
             if codec is not None and header.codec is not codec:
                 batches.sections[position] = section
         batches.append((position, header))
     return batches
 
 
-def check_records(batch: memoryview, header: rb.BatchHeader, position: int = 0) -> bytes:
+def check_records(
+    batch: memoryview, header: rb.BatchHeader, position: int = 0, keys_required: bool = False
+) -> bytes:
     """Check that the records section of a client's ``batch`` (whose header was checked)
     holds exactly ``record_count`` records a consumer can read, at offset deltas 0..n-1;
     return the decompressed section. Raises InvalidRecord naming the batch by its byte
@@ -126,6 +132,8 @@ def check_records(batch: memoryview, header: rb.BatchHeader, position: int = 0) 
             "msgpack array of five columns, compressed with the batch's codec)",
         ) from e  # fmt: skip
     problem = _columns_problem(columns, header)
+    if problem is None and keys_required and not header.is_control:
+        problem = _keyless_problem(columns[2])
     if problem is None and header.is_control:
         problem = _control_problem(columns)
     if problem is not None:
@@ -153,16 +161,27 @@ def _columns_problem(columns: list, header: rb.BatchHeader) -> str | None:
             f"offset deltas must be 0..{n - 1} (or nil) for a producer's batch of {n} records, "
             f"got {_describe_offsets(offset_deltas, n)}; number the records consecutively from 0"
         )
+    largest = header.first_timestamp
     if timestamp_deltas is not None:
         if not _is_column(timestamp_deltas, n) or not _INTS.issuperset(
             map(type, timestamp_deltas)
         ):
             return _bad_column("timestamp deltas", "integer (ms)", timestamp_deltas, n)
-        if n and not (
-            _INT64_MIN <= header.first_timestamp + min(timestamp_deltas)
-            and header.first_timestamp + max(timestamp_deltas) <= _INT64_MAX
-        ):
-            return "timestamp deltas take record timestamps outside int64 milliseconds"
+        if n:
+            largest = header.first_timestamp + max(timestamp_deltas)
+            if not (_INT64_MIN <= header.first_timestamp + min(timestamp_deltas)
+                    and largest <= _INT64_MAX):  # fmt: skip
+                return "timestamp deltas take record timestamps outside int64 milliseconds"
+    if (
+        n
+        and header.timestamp_type is rb.TimestampType.CREATE_TIME
+        and header.max_timestamp != largest
+    ):
+        # The time index, timestamp lookups and retention all go by the header's value.
+        return (
+            f"the header's max timestamp {header.max_timestamp} is not the largest record "
+            f"timestamp {largest}; set it to the maximum of the records' timestamps"
+        )
     if keys is not None and not _is_binary_column(keys, n):
         return _bad_column("keys", "bin or nil", keys, n)
     if not _is_binary_column(values, n):
@@ -183,6 +202,21 @@ def _columns_problem(columns: list, header: rb.BatchHeader) -> str | None:
                         f"a record header must be a [str, bin or nil] pair, got "
                         f"{_describe(pair)}"
                     )
+    return None
+
+
+def _keyless_problem(keys) -> str | None:
+    """A compacted topic takes only records with a key, as Kafka's does: compaction keeps
+    the latest record per key, so a record without one could never be cleaned."""
+    if keys is None:
+        missing = True
+    elif type(keys) is rb.PackedColumn:
+        missing = bool(len(keys.lengths)) and int(np.frombuffer(keys.lengths, np.int32).min()) < 0
+    else:
+        missing = None in keys
+    if missing:
+        return ("a compacted topic (cleanup.policy=compact) refuses records without a key; "
+                "give every record a key")  # fmt: skip
     return None
 
 

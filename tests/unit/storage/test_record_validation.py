@@ -34,6 +34,7 @@ def raw_batch(
     control: bool = False,
     producer_id: int = -1,
     base_sequence: int = -1,
+    max_timestamp: int = TS,
 ) -> bytes:
     """A batch of ``count`` records (offsets 0..count-1 in its header) around an arbitrary,
     uncompressed ``section``, compressed with ``codec``; its CRC is valid."""
@@ -41,7 +42,7 @@ def raw_batch(
     return rb.assemble_batch(
         rb.compress(codec, section),
         base_offset=0, partition_leader_epoch=-1, attributes=attributes,
-        last_offset_delta=count - 1, first_timestamp=TS, max_timestamp=TS,
+        last_offset_delta=count - 1, first_timestamp=TS, max_timestamp=max_timestamp,
         producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
         base_sequence=base_sequence, record_count=count,
     )  # fmt: skip
@@ -319,3 +320,49 @@ def test_a_follower_still_takes_compacted_batches_with_offset_gaps(open_log, tmp
     follower.append_as_follower(compacted)
     assert follower.log_end_offset == 4
     assert [(r[0], r[2]) for r in read_all(follower)] == [(0, b"a"), (2, b"c")]
+
+
+# -- timestamps --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header_max", [TS, TS + 10_000])
+def test_a_leader_refuses_a_header_max_timestamp_that_is_not_the_records_largest(
+    open_log, header_max
+):
+    """The header's max timestamp feeds the time index, timestamp lookups and retention; one
+    that is not the largest record timestamp (TS + 5,000 here) would mislead all three."""
+    log = open_log()
+    bad = columns_batch([None, [0, 5000, 10], None, [b"a", b"b", b"c"], None], 3,
+                        max_timestamp=header_max)  # fmt: skip
+    refused(log, bad, r"max timestamp")
+
+
+def test_a_leader_accepts_a_header_max_timestamp_equal_to_the_records_largest(open_log):
+    log = open_log()
+    good = columns_batch([None, [0, 5000, 10], None, [b"a", b"b", b"c"], None], 3,
+                         max_timestamp=TS + 5000)  # fmt: skip
+    assert log.append_as_leader(good, leader_epoch=0).max_timestamp == TS + 5000
+
+
+# -- compacted topics --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keys", [None, [b"k", None]])
+def test_a_compacted_topic_refuses_records_without_a_key(open_log, keys):
+    """As Kafka does: compaction keeps the latest record per key, so a record without one
+    could never be cleaned."""
+    log = open_log({"cleanup.policy": "compact"})
+    refused(log, batch([b"a", b"b"], keys), r"without a key")
+
+
+def test_a_compacted_topic_refuses_a_packed_key_column_with_a_null(open_log):
+    log = open_log({"cleanup.policy": "compact"})
+    bad = columns_batch([None, None, pack([b"k", None]), [b"a", b"b"], None], 2)
+    refused(log, bad, r"without a key")
+
+
+def test_a_compacted_topic_accepts_records_that_all_have_keys(open_log):
+    log = open_log({"cleanup.policy": "compact"})
+    assert log.append_as_leader(batch([b"a", None], [b"k", b"j"]), leader_epoch=0).record_count == 2
+    packed = columns_batch([None, None, pack([b"k", b"j"]), [b"a", b"b"], None], 2)
+    assert log.append_as_leader(packed, leader_epoch=0).first_offset == 2

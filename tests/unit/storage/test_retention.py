@@ -15,7 +15,8 @@ HOUR = 3_600_000
 
 def fill(log, n, timestamp, size=90):
     for i in range(n):
-        log.append_as_leader(batch([b"r" * size], timestamp=timestamp), leader_epoch=0)
+        log.append_as_leader(batch([b"r" * size], [b"k%d" % i], timestamp=timestamp),
+                             leader_epoch=0)  # fmt: skip
 
 
 def test_retention_ms_deletes_segments_whose_newest_record_is_too_old(open_log, clock):

@@ -226,7 +226,7 @@ def _check_producer_state(log: Log, headers: list) -> None:
 def _check_append_and_reopen(log: Log, partition: str, config: dict) -> None:
     end = log.log_end_offset
     epoch = max(log.latest_epoch, 0)
-    info = log.append_as_leader(rb.encode_batch([b"after the crash"], None, 1), epoch)
+    info = log.append_as_leader(rb.encode_batch([b"after the crash"], [b"key"], 1), epoch)
     if info.first_offset != end:
         raise Problem(f"an append after reopening got offset {info.first_offset}, the log "
                       f"end was {end}")  # fmt: skip
