@@ -104,9 +104,23 @@ class Log:
             self.files.sync_new_log()
         self._segments = LogSegments(loaded)
         self.log_end_offset = self.active_segment.next_offset
+        starts_empty = checkpointed_start is not None and checkpointed_start > self.log_end_offset
+        if starts_empty:
+            # The log start was made durable past records a crash took (delete_records on
+            # unflushed records, truncate_fully_and_start_at cut short): start empty there,
+            # as Kafka does, rather than hand out offsets below it again.
+            self._segments.delete_all_and_start(
+                lambda: self.files.make_segment(checkpointed_start, "", new=True)
+            )
+            self.files.sync()
+            self.log_end_offset = checkpointed_start
+            self.epoch_cache.clear()
         self.log_start_offset = min(
             max(checkpointed_start or 0, self.segments[0].base_offset), self.log_end_offset
         )
+        below_start = self._segments.below(self.log_start_offset)
+        if below_start:  # left by a deletion that a crash cut short
+            self._segments.remove(below_start)
         if self.epoch_cache.needs_rebuild:
             rebuild_leader_epochs(self.epoch_cache, self._segments, self.log_start_offset)
         self.recovery_point = self.log_end_offset
@@ -114,6 +128,8 @@ class Log:
         self.epoch_cache.truncate_from_start(self.log_start_offset)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self.producer_state = ProducerStateManager(directory, self.config.producer_id_expiration_ms)
+        if starts_empty:
+            self.producer_state.truncate_fully()
         self._rebuild_producer_state()
         self.high_watermark = self.log_start_offset
         self._set_high_watermark(self.files.read_high_watermark())
@@ -409,14 +425,20 @@ class Log:
         """Drop the whole log and start empty at ``offset`` (a follower far behind a leader
         whose log now starts later). Producer state goes with it, snapshots included, as in
         Kafka: a snapshot of the discarded log would answer retries with offsets it no longer
-        has and refuse sequences the new leader accepted."""
+        has and refuse sequences the new leader accepted.
+
+        Crash-safe in this order: the snapshots go (synced), then the new log start is
+        written durably, then the segments go. A log that reopens with its log start past
+        its end starts empty there (see ``__init__``), so a crash at any point leaves either
+        the old log whole or the new, empty one."""
+        self.producer_state.truncate_fully()
+        self.files.sync()
+        self.files.write_log_start_offset(offset)
         self._segments.delete_all_and_start(
             lambda: self.files.make_segment(offset, "", new=True)
         )
         self.log_start_offset = self.log_end_offset = offset
-        self.files.write_log_start_offset(offset)
         self.epoch_cache.clear()
-        self.producer_state.truncate_fully()
         self._after_truncation()
 
     def _after_truncation(self) -> None:
@@ -460,9 +482,14 @@ class Log:
                 f"to {new_start}, past the high watermark {self.high_watermark}; delete only "
                 "segments wholly below the high watermark (Log.segments_below)"
             )
+        if self.segments[: len(doomed)] != doomed:
+            raise ValueError("only the oldest segments are deleted, oldest first")
+        if new_start > self.log_start_offset:
+            # Durable before any segment goes: a power loss that keeps some removals and not
+            # others (a file system may persist them in any order) then leaves holes only
+            # below the log start, and the next open deletes what is left there.
+            self._move_log_start(new_start)
         freed = self._segments.remove(doomed)
-        if self.segments[0].base_offset > self.log_start_offset:
-            self._move_log_start(self.segments[0].base_offset)
         self.producer_state.delete_snapshots_below(self.log_start_offset)
         return freed
 

@@ -131,11 +131,23 @@ class Segment:
         return None
 
     def rebuild_indexes(self) -> RecoveryResult:
-        """Rebuild both indexes by walking the (trusted) log, and fsync them: a clean-shutdown
-        marker or a rename that follows must never cover an index still in the page cache."""
+        """Rebuild both indexes by walking the (trusted) log. They are built under ``.tmp``
+        names, fsynced, and renamed over the old ones (then the directory is fsynced): a crash
+        part way leaves the old files, which the next open checks again, never a half-built
+        index that a later open would trust."""
+        final = (self.offset_index.path, self.time_index.path)
+        self.offset_index.close()
+        self.time_index.close()
+        self.offset_index.path, self.time_index.path = (path + ".tmp" for path in final)
         result = self.recover(verify=False)
-        self.offset_index.flush()
-        self.time_index.flush()
+        try:
+            self.offset_index.flush()
+            self.time_index.flush()
+            self.offset_index.rename(final[0])
+            self.time_index.rename(final[1])
+            fsync_directory(self.directory)
+        except OSError as e:
+            raise _storage_error("rebuild the indexes of", self.log_path, e) from e
         return result
 
     def recover(

@@ -20,7 +20,6 @@ which writes the image to ``./crash-image``, keeps it, and prints what the check
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 
@@ -28,41 +27,14 @@ import pytest
 
 from rafka.storage import Log
 
-from .crash.checks import check_image, materialize
+from .crash.checks import check_image
 from .crash.ledger import Ledger
-from .crash.model import FileSystemModel, Image
+from .crash.images import VARIANTS, digest, image_of, materialize
+from .crash.model import Image
 from .crash.recorder import Recorder, Replayer, describe
 from .crash.workloads import WORKLOADS, Driver
 
 SAMPLE = 400  # distinct images checked per workload in CI (about two thirds of them)
-VARIANTS = ("kill", "power", "power-all-writes", "power-torn-0", "power-torn-1",
-            "power-meta-0", "power-meta-1")  # fmt: skip
-
-
-def image_of(model: FileSystemModel, workload: str, point: int, variant: str) -> Image:
-    """The image ``variant`` of a crash at ``point``; random choices are seeded by all three,
-    so the same image comes back on every run."""
-    rng = random.Random(f"{workload}:{point}:{variant}")
-    if variant == "kill":
-        return model.after_kill()
-    if variant == "power":
-        return model.after_power_loss()
-    if variant == "power-all-writes":
-        return model.after_power_loss(all_writes=True)
-    if variant.startswith("power-torn"):
-        return model.after_power_loss(rng=rng)
-    pending = model.unsynced_directory_operations()
-    return model.after_power_loss(rng=rng, metadata_cut=rng.choice(pending) if pending else None)
-
-
-def digest(image: Image) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for path, content in sorted(image.items()):
-        h.update(path.encode() + b"\0")
-        h.update(b"d" if content is None else b"f%d:" % len(content) + content)
-    return h.digest()
-
-
 def run_workload(name: str, root: str, monkeypatch) -> tuple[list, Ledger]:
     workload, config, _ = WORKLOADS[name]
     os.makedirs(root)

@@ -119,7 +119,7 @@ def test_a_flush_into_a_rolled_segment_makes_its_directory_entry_durable(open_lo
     )
 
 
-def test_an_index_rebuilt_on_a_clean_open_is_fsynced_before_the_open_returns(
+def test_an_index_rebuilt_on_a_clean_open_is_durable_before_the_open_returns(
     open_log, os_calls, tmp_path
 ):
     """A clean-shutdown marker written later must never cover a rebuilt index still in the
@@ -134,4 +134,9 @@ def test_an_index_rebuilt_on_a_clean_open_is_fsynced_before_the_open_returns(
     os_calls.events.clear()
     reopened = open_log({"segment.bytes": 400, "index.interval.bytes": 50})
     assert index_path in reopened.recovery_report.indexes_rebuilt
-    assert ("fdatasync", index_path) in os_calls.events, os_calls.events
+    events = os_calls.events
+    # Built under a temporary name, synced, renamed into place, and the rename synced.
+    synced = events.index(("fdatasync", index_path + ".tmp"))
+    renamed = events.index(("replace", index_path))
+    assert synced < renamed, events
+    assert os_calls.directory_synced_after(("replace", index_path), reopened.directory)

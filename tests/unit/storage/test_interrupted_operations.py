@@ -248,3 +248,43 @@ def test_recovery_still_cuts_a_batch_whose_base_offset_goes_backwards(open_log, 
     assert again.log_end_offset == 6
     assert again.recovery_report.dropped_data
 
+
+
+def test_an_index_rebuild_cut_short_leaves_the_old_index_not_a_half_built_one(
+    open_log, clock, monkeypatch
+):
+    """Indexes are rebuilt under temporary names and renamed over the old ones, so a kill
+    part way through leaves the files the next open checks again, never a half-built index
+    that a later clean open would trust (with a wrong largest timestamp, say)."""
+    from rafka.storage import files
+
+    config = {"segment.bytes": 4000, "index.interval.bytes": 50}
+    log = open_log(config)
+    for i in range(30):
+        log.append_as_leader(batch([b"x" * 30], timestamp=clock.now + (5000 if i == 3 else i)),
+                             leader_epoch=0)  # fmt: skip
+    segment = log.segments[0]
+    index_path, time_index_path = segment.offset_index.path, segment.time_index.path
+    log.close()
+    damaged = b"\xff" * 16  # entries pointing past the log: the next open rebuilds them
+    with open(index_path, "wb") as f:
+        f.write(damaged)
+    time_index_before = open(time_index_path, "rb").read()
+    real_write, writes = files.write, 0
+
+    def write_then_die(fd, data):
+        nonlocal writes
+        writes += 1
+        if writes == 4:
+            raise Interrupted()
+        return real_write(fd, data)
+
+    monkeypatch.setattr(files, "write", write_then_die)
+    with pytest.raises(Interrupted):
+        open_log(config)
+    monkeypatch.setattr(files, "write", real_write)
+    assert open(index_path, "rb").read() == damaged
+    assert open(time_index_path, "rb").read() == time_index_before
+    again = open_log(config)
+    assert again.segments[0].max_timestamp == clock.now + 5000
+    assert not [n for n in os.listdir(again.directory) if n.endswith(".tmp")]

@@ -26,26 +26,13 @@ from rafka.storage.leader_epoch import EpochEntry
 
 from ..support import FakeClock
 from .ledger import Ledger
+from .images import materialize
 from .model import Image
 from .workloads import PARTITION
 
 
 class Problem(Exception):
     """What is wrong with a reopened image."""
-
-
-def materialize(image: Image, directory: str) -> None:
-    """Write ``image`` under ``directory`` (emptied first)."""
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
-    for path, content in sorted(image.items()):
-        target = os.path.join(directory, *path.split("/"))
-        if content is None:
-            os.makedirs(target, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target, "wb") as f:
-                f.write(content)
 
 
 def check_image(
@@ -101,6 +88,10 @@ def _batches(log: Log):
 
 
 def _check_log(log: Log, config: dict, ledger: Ledger, point: int, contiguous: bool) -> None:
+    if log.log_start_offset < ledger.durable_log_start(point):
+        raise Problem(f"the log start went back to {log.log_start_offset} from "
+                      f"{ledger.durable_log_start(point)}, which a returned operation had "
+                      "made durable")  # fmt: skip
     served: dict[int, tuple] = {}
     previous = -1
     headers = []
@@ -133,7 +124,7 @@ def _check_log(log: Log, config: dict, ledger: Ledger, point: int, contiguous: b
     _check_indexes(log)
     _check_timestamps(log, served)
     _check_leader_epochs(log, headers, contiguous)
-    _check_producer_state(log, headers)
+    _check_producer_state(log, headers, ledger, point)
 
 
 def _check_reads(log: Log, served: dict) -> None:
@@ -206,16 +197,26 @@ def _check_leader_epochs(log: Log, headers: list, contiguous: bool) -> None:
         raise Problem(f"leader epochs {entries}, the batches imply {expected}")
 
 
-def _check_producer_state(log: Log, headers: list) -> None:
+def _check_producer_state(log: Log, headers: list, ledger: Ledger, point: int) -> None:
+    """Each producer's last batch is the last one the log holds for it; a producer the
+    batches do not name may be remembered only for records below the log start that were
+    not truncated away (retention and delete_records keep producer state, as in Kafka)."""
     last: dict[int, tuple] = {}
     for header in headers:
         if header.has_producer_id and not header.is_control:
             last[header.producer_id] = (header.base_sequence, header.last_sequence,
                                         header.base_offset, header.last_offset)  # fmt: skip
     for pid, entry in log.producer_state.producers.items():
-        if entry.batches and entry.batches[-1].last_offset >= log.log_end_offset:
-            raise Problem(f"producer {pid} remembers offset {entry.batches[-1].last_offset}, "
-                          f"past the log end {log.log_end_offset}")  # fmt: skip
+        if not entry.batches or pid in last:
+            continue
+        batch = entry.batches[-1]
+        if batch.last_offset >= log.log_start_offset:
+            raise Problem(f"producer {pid} remembers offsets {batch.first_offset}.."
+                          f"{batch.last_offset}, where the log holds none of its batches")
+        if any(ledger.truncated_for_good(o, point)
+               for o in range(batch.first_offset, batch.last_offset + 1)):  # fmt: skip
+            raise Problem(f"producer {pid} remembers offsets {batch.first_offset}.."
+                          f"{batch.last_offset} of a log truncated away")  # fmt: skip
     for pid, expected in last.items():
         entry = log.producer_state.producers.get(pid)
         got = tuple(entry.batches[-1][:4]) if entry and entry.batches else None

@@ -7,7 +7,8 @@ The rules (ALICE's and CrashMonkey's conservative model of a POSIX file system o
   directory's entries (creations, renames, removals) as of that directory's last fsync. What
   was written or changed after that may also have reached the disk, in part: some of a
   file's later writes in order, the last one possibly torn; some of the later directory
-  operations, in the order they were made (journaled metadata).
+  operations, either in the order they were made (ext4 and xfs journal metadata in order)
+  or any subset of them (file systems that reorder, such as btrfs).
 
 Nodes are files and directories; a directory entry names a node, so a file renamed over
 another keeps its own bytes, and a durable entry can still name a node whose newer name was
@@ -49,9 +50,12 @@ class FileNode:
         self.durable = bytes(self.data)
         self.unsynced = []
 
-    def persisted(self, changes: int, torn: bool, rng: random.Random) -> bytes:
+    def persisted(
+        self, changes: int, torn: bool, rng: random.Random, zero_filled: bool = False
+    ) -> bytes:
         """The bytes after the durable state plus the first ``changes`` unsynced changes, the
-        last of them cut short when ``torn`` (a write that reached the disk in part)."""
+        last of them cut short when ``torn`` (a write that reached the disk in part); with
+        ``zero_filled`` the new size reached the disk but not the data (zeros instead)."""
         content = bytearray(self.durable)
         for i, change in enumerate(self.unsynced[:changes]):
             if change[0] == "size":
@@ -61,6 +65,8 @@ class FileNode:
             _, position, data = change
             if torn and i == changes - 1 and len(data) > 1:
                 data = data[: rng.randrange(1, len(data))]
+            if zero_filled:
+                data = bytes(len(data))
             if len(content) < position:
                 content.extend(bytes(position - len(content)))
             content[position : position + len(data)] = data
@@ -161,21 +167,29 @@ class FileSystemModel:
 
     def after_power_loss(
         self, rng: random.Random | None = None, metadata_cut: int | None = None,
-        all_writes: bool = False,
+        all_writes: bool = False, metadata_subset: set[int] | None = None,
+        zero_filled: bool = False,
     ) -> Image:  # fmt: skip
         """What a power loss leaves. With no arguments, exactly the synced state. With
         ``metadata_cut``, directory operations up to that sequence number also persisted
-        (in order); with ``rng``, each file also kept a random prefix of its unsynced
-        changes, the last possibly torn; with ``all_writes``, every unsynced change of every
-        file persisted (but no unsynced directory operation)."""
+        (in order); with ``metadata_subset``, those whose sequence numbers it holds (in any
+        order); with ``rng``, each file also kept a random prefix of its unsynced changes,
+        the last possibly torn; with ``all_writes``, every unsynced change of every file
+        persisted (but no unsynced directory operation); with ``zero_filled``, every file
+        reached its latest size but its unsynced bytes read as zeros."""
         image: Image = {}
+
+        def persisted(sequence: int) -> bool:
+            if metadata_subset is not None:
+                return sequence in metadata_subset
+            return metadata_cut is not None and sequence <= metadata_cut
 
         def entries_of(directory: DirectoryNode) -> dict:
             entries = dict(directory.durable)
-            if metadata_cut is not None:
+            if metadata_cut is not None or metadata_subset is not None:
                 for sequence, name, node in directory.unsynced:
-                    if sequence > metadata_cut:
-                        break
+                    if not persisted(sequence):
+                        continue
                     if node is None:
                         entries.pop(name, None)
                     else:
@@ -183,6 +197,8 @@ class FileSystemModel:
             return entries
 
         def content_of(node: FileNode) -> bytes:
+            if zero_filled:
+                return node.persisted(len(node.unsynced), False, random.Random(0), True)
             if all_writes:
                 return bytes(node.data)
             if rng is None or not node.unsynced:
@@ -217,3 +233,20 @@ class FileSystemModel:
 
         walk(self.root)
         return sorted(sequences)
+
+
+def restored(image: Image) -> FileSystemModel:
+    """A model holding ``image`` with everything durable: the disk after a crash and reboot."""
+    model = FileSystemModel()
+    for path, content in sorted(image.items()):
+        parts = tuple(path.split("/"))
+        parent = model._directory(parts[:-1])
+        node = DirectoryNode() if content is None else FileNode(bytearray(content), content)
+        parent.entries[parts[-1]] = node
+    def sync_all(directory: DirectoryNode) -> None:
+        directory.sync()
+        for node in directory.entries.values():
+            if isinstance(node, DirectoryNode):
+                sync_all(node)
+    sync_all(model.root)
+    return model

@@ -17,6 +17,8 @@ Operations (tuples):
     ("rename", source, target)      atomic, within one directory
     ("unlink", path)
     ("syncdir", path)               fsync of a directory
+    ("restore", image)              the machine rebooted after a crash and the tree is this
+                                    image, all of it durable (a workload restarting from one)
 Paths are tuples of names below the recorder's root; operations outside it are not recorded.
 """
 
@@ -29,7 +31,7 @@ import pytest
 
 from rafka.storage import files
 
-from .model import FileSystemModel
+from .model import FileSystemModel, restored
 
 
 class Recorder:
@@ -186,6 +188,9 @@ class Replayer:
             model.unlink(op[1])
         elif kind == "syncdir":
             model.sync_directory(op[1])
+        elif kind == "restore":
+            self.model = restored(op[1])
+            self._open = {}
         else:
             raise ValueError(f"unknown operation {op!r}")
         self.done += 1
@@ -196,4 +201,6 @@ def describe(operation: tuple) -> str:
     kind = operation[0]
     if kind == "write":
         return f"write token={operation[1]} {len(operation[2])} bytes"
+    if kind == "restore":
+        return f"restore an image of {len(operation[1])} paths (restart after a crash)"
     return " ".join(str("/".join(p) if isinstance(p, tuple) else p) for p in operation)

@@ -12,14 +12,15 @@ import os
 import random
 from typing import Callable
 
-from rafka.storage import Log, LogConfig
+from rafka.storage import Log, LogConfig, files
 from rafka.storage import record_batch as rb
 from rafka.storage.compaction import compact
 from rafka.storage.retention import delete_expired_segments
 
 from ..support import FakeClock, read_all
+from .images import image_of, materialize
 from .ledger import Ledger
-from .recorder import Recorder
+from .recorder import Recorder, Replayer
 
 PARTITION = "topic-0"
 
@@ -33,6 +34,7 @@ class Driver:
     """Runs storage operations on a log under ``root`` and tells the ledger what each did."""
 
     def __init__(self, root: str, config: dict, recorder: Recorder, ledger: Ledger) -> None:
+        self.root = root
         self.directory = os.path.join(root, PARTITION)
         self.config = config
         self.recorder = recorder
@@ -112,6 +114,30 @@ class Driver:
         self.ledger.flushed(self.point)
         self.log = self._open()
 
+    def restart_from_crash(self, point: int, variant: str) -> None:
+        """The node crashed at ``point`` (an image ``variant``, see images.py) and restarts
+        from what its disk kept: the live directory becomes that image, recorded as a
+        restore, and the log reopens, so the checker crashes the recovery itself too."""
+        self.log.abandon()
+        replayer = Replayer(self.recorder.operations)
+        while replayer.done < point:
+            replayer.step()
+        image = image_of(replayer.model, "restart", point, variant)
+        materialize(image, self.root)
+        self.recorder.operations.append(("restore", image))
+        restart = self.point
+        self.log = self._open()
+        self.ledger.restarted(point, restart, held(self.log))
+
+    def after_first(self, start: int, kind: str, suffix: str) -> int:
+        """The point just after the first ``kind`` operation from ``start`` on a path ending
+        with ``suffix`` (the end when there is none)."""
+        for i in range(start, self.point):
+            op = self.recorder.operations[i]
+            if op[0] == kind and op[-1][-1].endswith(suffix):
+                return i + 1
+        return self.point
+
     def kill_and_reopen(self) -> None:
         """The process dies (nothing lost: the page cache survives) and restarts."""
         self.log.abandon()
@@ -128,16 +154,19 @@ class Driver:
 
     # -- removals ------------------------------------------------------------------------------
 
-    def _removal(self, operation: Callable[[], object]) -> None:
+    def _removal(self, operation: Callable[[], object], truncation: bool = False) -> None:
+        """Every removal returns only once it is durable (each ends with a synced state
+        file or flush), so what it removed may not come back after it returns."""
         start = self.point
         operation()
-        self.ledger.removing(start, held(self.log))
+        self.ledger.removing(start, held(self.log), durable_at=self.point, truncation=truncation)
+        self.ledger.log_start_moved(self.point, self.log.log_start_offset)
 
     def truncate_to(self, offset: int) -> None:
-        self._removal(lambda: self.log.truncate_to(offset))
+        self._removal(lambda: self.log.truncate_to(offset), truncation=True)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        self._removal(lambda: self.log.truncate_fully_and_start_at(offset))
+        self._removal(lambda: self.log.truncate_fully_and_start_at(offset), truncation=True)
 
     def delete_records(self, before: int) -> None:
         self._removal(lambda: self.log.delete_records(before))
@@ -211,6 +240,11 @@ def log_start_and_retention(d: Driver, rng: random.Random) -> None:
     d.flush()
     d.commit()
     d.retention()
+    for i in range(6):  # not flushed: delete_records past records a power loss may take
+        d.append_random(rng)
+    d.commit()
+    d.delete_records(d.log.log_end_offset - 2)
+    d.append_random(rng)
     d.close_and_reopen()
 
 
@@ -255,6 +289,25 @@ def idempotent_producers(d: Driver, rng: random.Random) -> None:
     d.close_and_reopen()
 
 
+def compaction_of_small_segments(d: Driver, rng: random.Random) -> None:
+    """Compaction groups of several small segments, the last of which loses every record
+    (its keys are all written again later), so a group's output ends before its inputs do."""
+    for round_ in range(2):
+        for i in range(4):
+            d.append([b"keep-%d-%d" % (round_, i)], [b"keep-%d-%d" % (round_, i)])
+        d.roll()
+        for i in range(4):
+            d.append([b"old-%d" % i], [b"again-%d" % i])
+        d.roll()
+    for i in range(6):
+        d.append([b"new-%d" % i + b"x" * 120], [b"again-%d" % (i % 4)])
+    d.roll()
+    d.commit()
+    d.compact()
+    d.append([b"last"], [b"last"])
+    d.flush()
+
+
 def follower_of_a_compacted_leader(d: Driver, rng: random.Random) -> None:
     """A follower copying a compacted leader's batches (gaps between them) under the delete
     policy, so recovery must accept the gaps it was told about."""
@@ -272,6 +325,46 @@ def follower_of_a_compacted_leader(d: Driver, rng: random.Random) -> None:
     d.follower_append(leader, 0)
     d.flush()
     leader.close()
+
+
+def restarts_that_crash_during_recovery(d: Driver, rng: random.Random) -> None:
+    """Crashes part way through retention, truncation and compaction, each followed by a
+    restart whose recovery (index rebuilds, swap completion, tail cuts) the checker crashes
+    at every point too."""
+    for i in range(30):
+        d.append_random(rng, keys=5)
+        d.clock.advance(1000)
+    d.flush()
+    d.commit()
+    d.clock.advance(60_000)
+    start = d.point
+    d.retention()
+    # Killed just after retention unlinked a segment's offset index: the restart rebuilds
+    # it, and the checker kills that rebuild part way.
+    d.restart_from_crash(d.after_first(start, "unlink", ".index"), "kill")
+    for i in range(6):
+        d.append_random(rng, keys=5)
+    d.roll()
+    d.commit()
+    start = d.point
+    d.compact()
+    d.restart_from_crash(start + 2 * (d.point - start) // 3, "power-meta-0")
+    for i in range(6):
+        d.append_random(rng, keys=5)
+    start = d.point
+    d.truncate_to(d.log.log_end_offset - 4)
+    d.restart_from_crash(start + (d.point - start) // 2, "power-torn-0")
+    d.append_random(rng, keys=5)
+    d.flush()
+    # An offset index that no longer matches its log (bit rot): the next open rebuilds it,
+    # and the checker crashes that rebuild part way.
+    d.log.close()
+    d.ledger.flushed(d.point)
+    first = d.log.segments[0]
+    files.create_file(first.offset_index.path, b"\xff" * 16, sync=True)
+    d.log = d._open()
+    d.append_random(rng, keys=5)
+    d.flush()
 
 
 def _config(**overrides) -> dict:
@@ -296,4 +389,15 @@ WORKLOADS: dict[str, tuple[Callable[[Driver, random.Random], None], dict, bool]]
     ),
     "idempotent_producers": (idempotent_producers, _config(), True),
     "follower_of_a_compacted_leader": (follower_of_a_compacted_leader, _config(), False),
+    "compaction_of_small_segments": (
+        compaction_of_small_segments,
+        _config(**{"cleanup.policy": "compact", "segment.bytes": 600}),
+        False,
+    ),
+    "restarts_that_crash_during_recovery": (
+        restarts_that_crash_during_recovery,
+        _config(**{"retention.ms": 20_000, "cleanup.policy": "compact,delete",
+                   "delete.retention.ms": 86_400_000}),
+        False,
+    ),
 }
