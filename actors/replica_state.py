@@ -21,7 +21,8 @@ from typing import Any
 import msgpack
 import ray
 
-from rafka.storage.checkpoint import fsync_directory, write_atomically
+from rafka.storage import files
+from rafka.storage.checkpoint import write_atomically
 
 STATE_FILE = "partition.metadata"
 
@@ -72,7 +73,7 @@ def set_aside_stray_directory(directory: str, topic_id: str, logger) -> str:
     operator may delete it. Returns the new path."""
     target = stray_path(directory, topic_id)
     os.rename(directory, target)
-    fsync_directory(os.path.dirname(directory))
+    files.fsync_directory(os.path.dirname(directory))
     logger.warning("found files of deleted topic id %s; moved them to %s", topic_id, target)
     return target
 

@@ -19,7 +19,7 @@ def write_atomically(path: str, data: bytes) -> None:
     try:
         files.create_file(tmp, data, sync=True)
         files.rename(tmp, path)
-        fsync_directory(os.path.dirname(path) or ".")
+        files.fsync_directory(os.path.dirname(path) or ".")
     except OSError as e:
         raise KafkaStorageError(
             f"cannot write {path}: {e.strerror}; make the data directory writable"
@@ -31,16 +31,11 @@ def remove_durably(path: str) -> None:
     power loss can bring the file back."""
     try:
         if files.unlink(path):
-            fsync_directory(os.path.dirname(path) or ".")
+            files.fsync_directory(os.path.dirname(path) or ".")
     except OSError as e:
         raise KafkaStorageError(
             f"cannot remove {path}: {e.strerror}; make the data directory writable"
         ) from e
-
-
-def fsync_directory(directory: str) -> None:
-    """Make renames and creations in ``directory`` durable."""
-    files.fsync_directory(directory)
 
 
 def read_text(path: str) -> str | None:

@@ -128,7 +128,7 @@ def _clean_group(
     result: CompactionResult,
 ) -> None:
     # new=True: a ``.cleaned`` file left by an earlier pass is discarded, never appended to.
-    out = log.make_segment(group[0].base_offset, CLEANED_SUFFIX, new=True)
+    out = log.files.make_segment(group[0].base_offset, CLEANED_SUFFIX, new=True)
     try:
         for segment in group:
             result.segments_in += 1

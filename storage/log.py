@@ -98,7 +98,10 @@ class Log(LogRemovals):
         self.files = LogDirectory(directory, self.config)
         self.epoch_cache = LeaderEpochCache(self.files.file(CHECKPOINT_FILE))
         loaded, self.recovery_report, checkpointed_start = load_segments(
-            directory, self.files.make_segment, self._on_recovered_batch, self.config.compact
+            directory,
+            self.files.make_segment,
+            self._on_recovered_batch,
+            gaps_allowed=self.config.compact or self.files.offset_gaps_allowed,
         )
         if not loaded:
             loaded = [self.files.make_segment(checkpointed_start or 0, "", new=True)]
@@ -142,10 +145,6 @@ class Log(LogRemovals):
         self.files.write_recovery_point(self.recovery_point)
 
     # -- opening -------------------------------------------------------------------------------
-
-    def make_segment(self, base_offset: int, suffix: str, new: bool = False) -> Segment:
-        """See LogDirectory.make_segment (compaction makes its output with it)."""
-        return self.files.make_segment(base_offset, suffix, new)
 
     def _on_recovered_batch(self, header: rb.BatchHeader) -> None:
         # Only epochs newer than the cache's latest are added, as Kafka's recovery does:
@@ -258,13 +257,8 @@ class Log(LogRemovals):
         batches = validate_batches(
             view, self.config, self.directory, allow_control=True, as_follower=True
         )
-        check_follower_offsets(batches, self.log_end_offset)
-        expected = self.log_end_offset
-        for _, header in batches:
-            if header.base_offset != expected:  # the leader's log was compacted
-                self.allow_offset_gaps()
-                break
-            expected = header.next_offset
+        if check_follower_offsets(batches, self.log_end_offset):
+            self.allow_offset_gaps()
         self._write([([view[p : p + h.size]], h) for p, h in batches])
         return appended([h for _, h in batches], -1, self.log_start_offset)
 

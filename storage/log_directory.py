@@ -21,18 +21,18 @@ from __future__ import annotations
 import os
 
 from rafka.storage import files
-from rafka.storage.checkpoint import fsync_directory, read_offset, write_atomically, write_offset
+from rafka.storage.checkpoint import read_offset, write_atomically, write_offset
 from rafka.storage.config import LogConfig
 from rafka.storage.log_loader import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_FILE,
-    OFFSET_GAPS_FILE,
     RECOVERY_POINT_FILE,
     ensure_writable_directory,
 )
 from rafka.storage.segment import Segment
 
 HIGH_WATERMARK_FILE = "high-watermark"
+OFFSET_GAPS_FILE = "offset-gaps"
 
 
 class LogDirectory:
@@ -71,14 +71,14 @@ class LogDirectory:
             self.sync()
 
     def sync(self) -> None:
-        fsync_directory(self.path)
+        files.fsync_directory(self.path)
         self._unsynced = False
 
     def sync_new_log(self) -> None:
         """A new log: its first segment and the directory's own entry in the data directory
         must both survive a power loss once anything in them is flushed."""
         self.sync()
-        fsync_directory(os.path.dirname(os.path.abspath(self.path)))
+        files.fsync_directory(os.path.dirname(os.path.abspath(self.path)))
 
     # -- state files ---------------------------------------------------------------------------
 

@@ -6,8 +6,6 @@ Files the loader reads besides the segments:
                          and removal are both made durable with a directory fsync)
     recovery-point       offset below which every batch was fsynced (written at roll and close)
     log-start-offset     the log start offset when it moved inside a segment (delete_records)
-    offset-gaps          present once the log has had a gap between batches (compaction here
-                         or on the leader it copies); written durably before the first gap
 
 After a clean shutdown every segment is trusted and only its indexes are sanity-checked
 (rebuilt when they disagree with the log). After an unclean one, every segment from the one
@@ -28,7 +26,7 @@ from typing import Callable
 from rafka.errors import CorruptRecord, KafkaStorageError
 from rafka.storage import files
 from rafka.storage import record_batch as rb
-from rafka.storage.checkpoint import fsync_directory, read_offset, remove_durably
+from rafka.storage.checkpoint import read_offset, remove_durably
 from rafka.storage.leader_epoch import LeaderEpochCache
 from rafka.storage.log_segments import LogSegments
 from rafka.storage.segment import (
@@ -46,7 +44,6 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
-OFFSET_GAPS_FILE = "offset-gaps"
 
 
 @dataclass
@@ -85,7 +82,7 @@ def ensure_writable_directory(directory: str) -> None:
     prove that files can be created in it."""
     try:
         for created in files.make_directories(directory):
-            fsync_directory(os.path.dirname(created))
+            files.fsync_directory(os.path.dirname(created))
         probe = os.path.join(directory, ".write-probe")
         files.create_file(probe, b"\0", sync=False)
         files.unlink(probe)
@@ -164,16 +161,15 @@ def load_segments(
     Returns (segments in offset order, report, checkpointed log start offset or None).
     ``on_recovered_batch`` sees each batch header re-read during recovery, in order, so the
     caller can rebuild state (leader epochs) derived from them. Recovery takes a gap between
-    batches for damage unless ``gaps_allowed`` (a compacted topic) or the directory holds the
-    ``offset-gaps`` marker (the log got gaps once: a topic compacted before its policy became
-    delete keeps them).
+    batches for damage unless ``gaps_allowed``: a compacted topic, or one whose directory holds
+    the ``offset-gaps`` marker (the log got gaps once: a topic compacted before its policy
+    became delete keeps them).
     """
     complete_interrupted_swaps(directory, make_segment)
     marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
     clean = files.exists(marker)
     report = RecoveryReport(clean_shutdown=clean)
     recovery_point = read_offset(os.path.join(directory, RECOVERY_POINT_FILE)) or 0
-    contiguous = not (gaps_allowed or files.exists(os.path.join(directory, OFFSET_GAPS_FILE)))
     log_start = read_offset(os.path.join(directory, LOG_START_OFFSET_FILE))
 
     bases = sorted(
@@ -207,7 +203,7 @@ def load_segments(
                     cut = True
         else:
             result = segment.recover(
-                verify=True, on_batch=on_recovered_batch, contiguous=contiguous
+                verify=True, on_batch=on_recovered_batch, contiguous=not gaps_allowed
             )
             segment.flush(force=True)
             report.batches_checked += result.batches

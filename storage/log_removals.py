@@ -53,15 +53,11 @@ class LogRemovals:
             # The removals are durable before the active segment shrinks: a power loss must
             # not bring back later segments behind a truncated one (a hole in the log).
             self.files.sync()
-        straddling = self.active_segment.find_batch(offset)
-        self.active_segment.truncate_to(offset)
-        if straddling is not None and straddling[1].base_offset < offset:
-            # The batch holding ``offset`` went whole, records below ``offset`` too. Kafka
-            # would still put the log end at ``offset``, leaving a hole of records this
-            # replica never gets back; ending at the batch's base lets it fetch them again.
-            self.log_end_offset = straddling[1].base_offset
-        else:
-            self.log_end_offset = offset
+        first_removed = self.active_segment.truncate_to(offset)
+        # A batch spanning ``offset`` went whole, records below ``offset`` too. Kafka would
+        # still put the log end at ``offset``, leaving a hole of records this replica never
+        # gets back; ending at the batch's base lets it fetch them again.
+        self.log_end_offset = offset if first_removed is None else min(offset, first_removed)
         self._after_truncation()
         if self.active_segment.next_offset < self.log_end_offset:
             self._start_segment_at_log_end()

@@ -274,17 +274,21 @@ def _control_problem(columns: list) -> str | None:
 
 def check_follower_offsets(
     batches: list[tuple[int, rb.BatchHeader]], log_end_offset: int
-) -> None:
+) -> bool:
     """A follower's batches keep the leader's offsets: they must start at or after the log
-    end and never go backwards (compaction may leave gaps between them)."""
+    end and never go backwards. Returns whether they leave a gap (the leader's log was
+    compacted)."""
     expected = log_end_offset
+    gap = False
     for _, header in batches:
         if header.base_offset < expected:
             raise InvalidRecord(
                 f"follower append at offset {header.base_offset} is below the log end "
                 f"offset {expected}; truncate the log to the leader's answer first"
             )
+        gap = gap or header.base_offset != expected
         expected = header.next_offset
+    return gap
 
 
 def target_codec(config: LogConfig) -> rb.Codec | None:

@@ -21,7 +21,6 @@ from typing import Callable, Iterator
 from rafka.errors import CorruptRecord, KafkaStorageError
 from rafka.storage import files
 from rafka.storage import record_batch as rb
-from rafka.storage.checkpoint import fsync_directory
 from rafka.storage.index import IndexCorrupt, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -145,7 +144,7 @@ class Segment:
             self.time_index.flush()
             self.offset_index.rename(final[0])
             self.time_index.rename(final[1])
-            fsync_directory(self.directory)
+            files.fsync_directory(self.directory)
         except OSError as e:
             raise _storage_error("rebuild the indexes of", self.log_path, e) from e
         return result
@@ -353,14 +352,14 @@ class Segment:
 
     # -- shrinking, flushing, closing ----------------------------------------------------------
 
-    def truncate_to(self, offset: int) -> int:
+    def truncate_to(self, offset: int) -> int | None:
         """Remove every batch whose last offset is at or above ``offset`` (a batch holding
-        ``offset`` goes whole). Returns the bytes removed."""
+        ``offset`` goes whole). Returns the base offset of the first batch removed (below
+        ``offset`` when a batch spanned it), or None when nothing was."""
         found = self.find_batch(offset)
         if found is None:
-            return 0
+            return None
         position, header = found
-        removed = self.size - position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(header.base_offset)
         self._truncate_file(position)
@@ -376,7 +375,7 @@ class Segment:
             self.next_offset = h.next_offset
         self.first_batch_timestamp = self._read_first_batch_timestamp()
         self._bytes_since_index_entry = self.size - self.offset_index.lookup(2**63 - 1)[1]
-        return removed
+        return header.base_offset
 
     def _truncate_file(self, size: int) -> None:
         try:
@@ -439,7 +438,7 @@ class Segment:
             target = self._stem + LOG_SUFFIX + suffix
             files.rename(self.log_path, target)
             self.log_path = target
-            fsync_directory(self.directory)  # durable before any input is deleted
+            files.fsync_directory(self.directory)  # durable before any input is deleted
         except OSError as e:
             raise _storage_error("rename", self.log_path, e) from e
         self.suffix = suffix
