@@ -22,18 +22,23 @@ partition of an assignment belongs to at most one member (the leader's assignor 
 it); a static member (``group_instance_id``) keeps its place and assignment across restarts
 of its process while it comes back within its session timeout.
 
+Here: states, joins and rebalances, syncs, heartbeats, leaving and timers. Offsets (which
+commits are accepted, expiry) are in ``group_offsets``, static members' takeovers in
+``group_static``, the metadata record and the description in ``group_record``.
+
 Not thread-safe: the actor calls it from one event loop, never awaiting in the middle of a
 call, so every call is atomic.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
 from typing import Any, Iterable
 
-from rafka.cluster.consumer_protocol import PROTOCOL_TYPE, decode_assignment
+from rafka.cluster import group_record
+from rafka.cluster.group_offsets import GroupOffsets
+from rafka.cluster.group_static import StaticMembership
 from rafka.cluster.group_types import (
     JOIN,
     NO_GENERATION,
@@ -41,12 +46,12 @@ from rafka.cluster.group_types import (
     CommittedOffset,
     Effects,
     GroupConfig,
+    GroupState,
     JoinResult,
     Member,
     SyncResult,
 )
 from rafka.errors import (
-    CommitFailed,
     CoordinatorNotAvailable,
     FencedInstanceId,
     GroupMaxSizeReached,
@@ -55,21 +60,12 @@ from rafka.errors import (
     InvalidGroupId,
     InvalidSessionTimeout,
     NonEmptyGroup,
-    OffsetMetadataTooLarge,
     RafkaError,
     RebalanceInProgress,
     UnknownMemberId,
 )
 
 log = logging.getLogger(__name__)
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
 
 
 _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
@@ -83,8 +79,9 @@ _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-class Group:
-    """One group; see the module docstring for its states."""
+class Group(GroupOffsets, StaticMembership):
+    """One group; see the module docstring for its states. Its offsets (``GroupOffsets``)
+    and static members (``StaticMembership``) are handled in their own modules."""
 
     def __init__(self, group_id: str, config: GroupConfig, now: int) -> None:
         if not isinstance(group_id, str) or not group_id:
@@ -220,49 +217,6 @@ class Group:
             names = set(member.protocol_names())
             common = names if common is None else common & names
         return common or set()
-
-    def _replace_static(
-        self, instance_id: str, client_id: str, client_host: str, protocols: list,
-        session_timeout_ms: int, rebalance_timeout_ms: int, now: int,
-    ) -> tuple[str, Effects]:  # fmt: skip
-        """A static member's process came back (with no member id): it takes the old
-        member's place and, in a stable group with an unchanged subscription, its assignment,
-        without a rebalance. The old member id is fenced."""
-        old_id = self.static_members[instance_id]
-        old = self.members.pop(old_id)
-        effects = Effects()
-        fenced = FencedInstanceId(
-            f"group_instance_id {instance_id!r} was taken over by a newer member of group "
-            f"{self.group_id}"
-        )
-        if old.awaiting_join:
-            effects.replies[(old_id, JOIN)] = self._error_join(old_id, fenced)
-        if old.awaiting_sync:
-            effects.replies[(old_id, SYNC)] = SyncResult(None, b"", fenced)
-        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-        member = Member(
-            new_id, instance_id, client_id, client_host, session_timeout_ms,
-            rebalance_timeout_ms, protocols, assignment=old.assignment,
-            heartbeat_deadline_ms=now + session_timeout_ms,
-        )  # fmt: skip
-        self.members[new_id] = member
-        self.static_members[instance_id] = new_id
-        if self.leader_id == old_id:
-            self.leader_id = new_id
-        same = self.protocol is not None and self.protocol in member.protocol_names() and (
-            member.metadata(self.protocol) == old.metadata(self.protocol)
-            if self.protocol in old.protocol_names() else False
-        )  # fmt: skip
-        if self.state == GroupState.STABLE and same:
-            result = self._join_result(new_id)._replace(
-                members=[], skip_assignment=new_id == self.leader_id
-            )
-            effects.replies[(new_id, JOIN)] = result
-            effects.persist = True
-            return new_id, effects
-        member.awaiting_join = True
-        effects.merge(self._prepare_rebalance(now, f"static member {instance_id} came back"))
-        return new_id, effects.merge(self._maybe_complete_join(now))
 
     def _prepare_rebalance(self, now: int, reason: str) -> Effects:
         effects = Effects()
@@ -490,68 +444,6 @@ class Group:
 
     # -- offsets -------------------------------------------------------------------------------
 
-    def check_commit(
-        self,
-        member_id: str,
-        group_instance_id: str | None,
-        generation: int,
-        offsets: dict[tuple[str, int], CommittedOffset],
-    ) -> None:
-        """Raise the typed error that refuses this commit, or return to accept it. A commit
-        without a member (generation -1: an admin reset or a consumer using ``assign``) is
-        accepted only while the group has no members."""
-        if self.state == GroupState.DEAD:
-            raise CoordinatorNotAvailable(f"group {self.group_id} is being removed; retry")
-        for (topic, partition), committed in offsets.items():
-            size = len(committed.metadata.encode())
-            if size > self.config.offset_metadata_max_bytes:
-                raise OffsetMetadataTooLarge(
-                    f"the metadata committed for {topic}-{partition} is {size} bytes; the "
-                    f"limit is offset.metadata.max.bytes={self.config.offset_metadata_max_bytes}"
-                )
-        if generation < 0 and not member_id:
-            if self.members:
-                raise NonEmptyGroup(
-                    f"group {self.group_id} is {self.state.value} with {len(self.members)} "
-                    "member(s); offsets can be set from outside the group only while it is "
-                    "empty: stop its consumers first"
-                )
-            return
-        member = self._member(member_id, group_instance_id)
-        if self.state == GroupState.COMPLETING_REBALANCE:
-            raise RebalanceInProgress(
-                f"group {self.group_id} is completing a rebalance; commit after it"
-            )
-        self._check_generation(generation, member_id)
-        if self.protocol_type == PROTOCOL_TYPE:
-            owned = set(decode_assignment(member.assignment)[0])
-            foreign = sorted(set(offsets) - owned)
-            if foreign:
-                names = ", ".join(f"{t}-{p}" for t, p in foreign)
-                raise CommitFailed(
-                    f"{names} not assigned to member {member_id} of group {self.group_id} in "
-                    f"generation {generation}; commit only the partitions it owns"
-                )
-
-    def commit(self, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
-        """Apply offsets that ``check_commit`` accepted and the coordinator wrote."""
-        self.offsets.update(offsets)
-
-    def expired_offsets(self, now: int) -> list[tuple[str, int]]:
-        """Offsets to delete: those of a group empty for longer than offsets retention,
-        counted from the later of the last commit and the group becoming empty (KIP-211)."""
-        if self.state != GroupState.EMPTY:
-            return []
-        retention = self.config.offsets_retention_ms
-        return [
-            tp for tp, c in self.offsets.items()
-            if max(c.commit_ms, self.state_changed_ms) + retention < now
-        ]  # fmt: skip
-
-    def delete_offsets(self, partitions: Iterable[tuple[str, int]]) -> None:
-        for tp in partitions:
-            self.offsets.pop(tp, None)
-
     def mark_dead(self, now: int) -> None:
         if self.members:
             raise NonEmptyGroup(
@@ -588,20 +480,8 @@ class Group:
     # -- persistence and description -----------------------------------------------------------
 
     def metadata_record(self) -> dict[str, Any]:
-        """The group's metadata as stored in __consumer_offsets (members and assignment)."""
-        return {
-            "protocol_type": self.protocol_type, "generation": self.generation,
-            "protocol": self.protocol, "leader": self.leader_id,
-            "members": [
-                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                 "client_id": m.client_id, "client_host": m.client_host,
-                 "session_timeout_ms": m.session_timeout_ms,
-                 "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                 "subscription": m.metadata(self.protocol) if self.protocol else b"",
-                 "assignment": m.assignment}
-                for m in self.members.values()
-            ],
-        }  # fmt: skip
+        """The group's metadata as stored in __consumer_offsets (``group_record``)."""
+        return group_record.metadata_record(self)
 
     @classmethod
     def from_record(
@@ -610,37 +490,9 @@ class Group:
         """A group read back from its metadata record: Stable with its members (their
         sessions start now) or Empty."""
         group = cls(group_id, config, now)
-        group.generation = record["generation"]
-        group.protocol_type = record["protocol_type"]
-        group.protocol = record["protocol"]
-        group.leader_id = record["leader"]
-        for m in record["members"]:
-            member = Member(
-                m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
-                m["session_timeout_ms"], m["rebalance_timeout_ms"],
-                [(group.protocol, m["subscription"])], m["assignment"],
-                heartbeat_deadline_ms=now + m["session_timeout_ms"],
-            )  # fmt: skip
-            group.members[member.member_id] = member
-            if member.group_instance_id is not None:
-                group.static_members[member.group_instance_id] = member.member_id
+        group_record.restore_members(group, record, now)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "group_id": self.group_id, "state": self.state.value,
-            "protocol_type": self.protocol_type or "", "protocol": self.protocol or "",
-            "generation": self.generation, "leader": self.leader_id,
-            "members": [
-                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                 "client_id": m.client_id, "client_host": m.client_host,
-                 "assignment": m.assignment}
-                for m in self.members.values()
-            ],
-            "offsets": {
-                tp: {"offset": c.offset, "leader_epoch": c.leader_epoch,
-                     "metadata": c.metadata, "commit_ms": c.commit_ms}
-                for tp, c in self.offsets.items()
-            },
-        }  # fmt: skip
+        return group_record.describe(self)

@@ -1,8 +1,10 @@
-"""The values the group state machine (``rafka.cluster.group``) takes and gives: its limits,
-a member, a committed offset, the answers to join and sync, and the effects of a call."""
+"""The values the group state machine (``rafka.cluster.group``) takes and gives: its states,
+its limits, a member, a committed offset, the answers to join and sync, and the effects of a
+call."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -12,6 +14,16 @@ NO_GENERATION = -1
 #: Keys of the waiting calls in ``Effects.replies``: (member id, JOIN or SYNC).
 JOIN = "join"
 SYNC = "sync"
+
+
+class GroupState(enum.Enum):
+    """Kafka's names; ``rafka.cluster.group`` says what each does and where it moves."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
 
 
 @dataclass(frozen=True)
