@@ -239,11 +239,12 @@ class GroupCoordinator:
 
     async def commit_offsets(
         self, group_id: str, member_id: str, group_instance_id: str | None, generation: int,
-        offsets: dict[tuple[str, int], tuple[int, int, str]],
+        offsets: dict[tuple[str, int], tuple[int, int, str]], outside_group: bool = False,
     ) -> RafkaError | None:  # fmt: skip
         """Commit {(topic, partition): (offset, leader epoch, metadata)} for a member of
-        ``generation`` (or, with member "" and generation -1, for an empty group). Nothing
-        is applied unless all of it is accepted and written."""
+        ``generation``, or with ``outside_group`` (an admin, or a consumer using ``assign``:
+        member "", generation -1) for a group without members (``Group.check_commit``).
+        Nothing is applied unless all of it is accepted and written."""
         await self._until_loaded()
         now = _now_ms()
         committed = {
@@ -251,7 +252,9 @@ class GroupCoordinator:
         }
         try:
             group = self._group(group_id, create=True)
-            group.check_commit(member_id, group_instance_id, generation, committed)
+            group.check_commit(
+                member_id, group_instance_id, generation, committed, outside_group=outside_group
+            )
             await self.log.write([
                 (offset_key(group_id, t, p), offset_value(c.offset, c.leader_epoch, c.metadata,
                                                           c.commit_ms))

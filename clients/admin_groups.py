@@ -43,8 +43,9 @@ TIMEOUT_S = 30.0
 EARLIEST, LATEST = -2, -1
 #: The strings ``reset_offsets(to=...)`` accepts besides a datetime or an offset.
 RESET_TO = ("earliest", "latest")
-#: An admin commits as no member of no generation: accepted only while the group is empty.
-ADMIN_MEMBER, ADMIN_INSTANCE, ADMIN_GENERATION = "", None, -1
+#: An admin commits from outside the group (the coordinator's ``outside_group``), as no member
+#: of no generation: accepted only while the group is empty.
+ADMIN_MEMBER, ADMIN_INSTANCE, ADMIN_GENERATION, OUTSIDE_GROUP = "", None, -1, True
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
 
@@ -372,8 +373,10 @@ class GroupAdmin:
         """Commit as an admin: refused with NonEmptyGroup, changing nothing, if it has members."""
         payload = {(tp.topic, tp.partition): (o.offset, o.leader_epoch, o.metadata)
                    for tp, o in offsets.items()}  # fmt: skip
+        # The gateway sends positional arguments only: the last is outside_group.
         _raise(self._call(group_id, "commit_offsets", group_id, ADMIN_MEMBER, ADMIN_INSTANCE,
-                          ADMIN_GENERATION, payload, handle=handle), group_id)  # fmt: skip
+                          ADMIN_GENERATION, payload, OUTSIDE_GROUP, handle=handle),
+               group_id)  # fmt: skip
 
     def _topics(self, names: Iterable[str], check: Iterable[TopicPartition] = ()) -> dict:
         """{name: TopicMetadata} of those of ``names`` that exist, fresh from the controller

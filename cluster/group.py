@@ -275,6 +275,7 @@ class Group(GroupOffsets, StaticMembership):
         for member in self.members.values():
             member.awaiting_join = False
             member.assignment = b""
+            self._learn_partitions(member)
             member.heartbeat_deadline_ms = now + member.session_timeout_ms
             effects.replies[(member.member_id, JOIN)] = self._join_result(member.member_id)
         log.info(
@@ -333,6 +334,7 @@ class Group(GroupOffsets, StaticMembership):
         if member_id == self.leader_id and assignments is not None:
             for other in self.members.values():
                 other.assignment = bytes(assignments.get(other.member_id, b""))
+                self._learn_partitions(other)
             effects.persist = True  # then persisted() moves to Stable and answers
         return effects
 
@@ -491,6 +493,8 @@ class Group(GroupOffsets, StaticMembership):
         sessions start now) or Empty."""
         group = cls(group_id, config, now)
         group_record.restore_members(group, record, now)
+        for member in group.members.values():
+            group._learn_partitions(member)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group
 

@@ -8,34 +8,46 @@ than the log holds. No I/O, no clock: times are passed in (ms).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Iterable
 
-from rafka.cluster.consumer_protocol import PROTOCOL_TYPE, decode_assignment
-from rafka.cluster.group_types import CommittedOffset, GroupState
+from rafka.cluster.consumer_protocol import (
+    PROTOCOL_TYPE,
+    decode_assignment,
+    decode_subscription,
+)
+from rafka.cluster.group_types import NO_GENERATION, CommittedOffset, GroupState
 from rafka.errors import (
     CommitFailed,
     CoordinatorNotAvailable,
+    IllegalGeneration,
     NonEmptyGroup,
     OffsetMetadataTooLarge,
     RebalanceInProgress,
+    UnknownMemberId,
 )
 
 if TYPE_CHECKING:
     from rafka.cluster.group_types import GroupConfig, Member
+
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
 
 class GroupOffsets:
     """The offsets half of ``Group``. It reads the group's membership (``state``,
-    ``members``, ``protocol_type``, ``config``, ``state_changed_ms``) and its checks
-    ``_member`` and ``_check_generation``; it changes only ``offsets``."""
+    ``members``, ``generation``, ``protocol_type``, ``protocol``, ``config``,
+    ``state_changed_ms``) and its checks ``_member`` and ``_check_generation``; it changes
+    ``offsets`` and the partitions members may commit."""
 
     group_id: str
     config: "GroupConfig"
     state: GroupState
     state_changed_ms: int
+    generation: int
     protocol_type: str | None
+    protocol: str | None
     members: dict[str, "Member"]
     offsets: dict[TopicPartition, CommittedOffset]
 
@@ -51,36 +63,88 @@ class GroupOffsets:
         group_instance_id: str | None,
         generation: int,
         offsets: dict[TopicPartition, CommittedOffset],
+        outside_group: bool = False,
     ) -> None:
-        """Raise the typed error that refuses this commit, or return to accept it. A commit
-        without a member (generation -1: an admin reset or a consumer using ``assign``) is
-        accepted only while the group has no members."""
+        """Raise the typed error that refuses this commit, or return to accept it.
+
+        From a member (``outside_group`` False): a current member of the current generation,
+        outside the sync phase (Kafka checks no more). A "consumer" member may commit the
+        partitions assigned to it in this generation and those it declared owned in the
+        join that formed it: a cooperative member commits what it gives up in
+        on_partitions_revoked. A member without a member id or a generation is refused,
+        even by an empty group: it was expelled and must rejoin before it commits.
+
+        From outside the group (``outside_group``: an admin reset, or a consumer using
+        ``assign`` with a group id): member "" and generation -1, accepted only while the
+        group has no members."""
         if self.state == GroupState.DEAD:
             raise CoordinatorNotAvailable(f"group {self.group_id} is being removed; retry")
         self._check_metadata(offsets)
-        if generation < 0 and not member_id:
-            if self.members:
-                raise NonEmptyGroup(
-                    f"group {self.group_id} is {self.state.value} with {len(self.members)} "
-                    "member(s); offsets can be set from outside the group only while it is "
-                    "empty: stop its consumers first"
-                )
+        if outside_group:
+            self._check_outside_commit(member_id, generation)
             return
+        if not member_id:
+            raise UnknownMemberId(
+                f"a commit to group {self.group_id} names no member id: the member was "
+                "removed from the group (or never joined); rejoin, then commit"
+            )
         member = self._member(member_id, group_instance_id)
+        if generation < 0:
+            raise IllegalGeneration(
+                f"member {member_id} commits to group {self.group_id} with no generation "
+                f"({generation}); the group is at generation {self.generation}: rejoin"
+            )
         if self.state == GroupState.COMPLETING_REBALANCE:
             raise RebalanceInProgress(
                 f"group {self.group_id} is completing a rebalance; commit after it"
             )
         self._check_generation(generation, member_id)
-        if self.protocol_type == PROTOCOL_TYPE:
-            owned = set(decode_assignment(member.assignment)[0])
-            foreign = sorted(set(offsets) - owned)
+        if member.owned_partitions is not None and member.assigned_partitions is not None:
+            foreign = sorted(set(offsets) - member.owned_partitions - member.assigned_partitions)
             if foreign:
                 names = ", ".join(f"{t}-{p}" for t, p in foreign)
                 raise CommitFailed(
                     f"{names} not assigned to member {member_id} of group {self.group_id} in "
-                    f"generation {generation}; commit only the partitions it owns"
+                    f"generation {generation}, nor owned by it when it joined; commit only "
+                    "the partitions it owns"
                 )
+
+    def _check_outside_commit(self, member_id: str, generation: int) -> None:
+        if member_id:
+            raise UnknownMemberId(
+                f"a commit from outside group {self.group_id} names member {member_id!r}; "
+                "from outside a group commit with member id \"\" (a member commits as one)"
+            )
+        if generation != NO_GENERATION:
+            raise IllegalGeneration(
+                f"a commit from outside group {self.group_id} names generation {generation}; "
+                f"from outside a group commit with generation {NO_GENERATION}"
+            )
+        if self.members:
+            raise NonEmptyGroup(
+                f"group {self.group_id} is {self.state.value} with {len(self.members)} "
+                "member(s); offsets can be set from outside the group only while it is "
+                "empty: stop its consumers first"
+            )
+
+    def _learn_partitions(self, member: "Member") -> None:
+        """Decode, once per generation and assignment, which partitions ``member`` may
+        commit (``Member.owned_partitions``, ``Member.assigned_partitions``)."""
+        if self.protocol_type != PROTOCOL_TYPE or self.protocol is None:
+            member.owned_partitions = member.assigned_partitions = None
+            return
+        try:
+            owned = decode_subscription(member.metadata(self.protocol)).owned_partitions
+            assigned = decode_assignment(member.assignment)[0]
+        except (KeyError, ValueError) as e:
+            # Not rafka's encoding: the coordinator cannot tell which partitions the member
+            # holds, so it checks the member and generation only, as Kafka does.
+            log.warning("group %s: partitions of %s not checked on commit: %s", self.group_id,
+                        member.member_id, e)  # fmt: skip
+            member.owned_partitions = member.assigned_partitions = None
+            return
+        member.owned_partitions = frozenset(owned)
+        member.assigned_partitions = frozenset(assigned)
 
     def _check_metadata(self, offsets: dict[TopicPartition, CommittedOffset]) -> None:
         limit = self.config.offset_metadata_max_bytes

@@ -69,6 +69,8 @@ class StaticMembership:
             new_id, instance_id, client_id, client_host, session_timeout_ms,
             rebalance_timeout_ms, protocols, assignment=old.assignment,
             heartbeat_deadline_ms=now + session_timeout_ms,
+            # the instance's partitions of this generation, whichever process holds them
+            owned_partitions=old.owned_partitions, assigned_partitions=old.assigned_partitions,
         )  # fmt: skip
         self.members[new_id] = member
         self.static_members[instance_id] = new_id

@@ -93,6 +93,11 @@ class Member:
     heartbeat_deadline_ms: int = 0
     awaiting_join: bool = False
     awaiting_sync: bool = False
+    #: The partitions it may commit in this generation ("consumer" protocol), decoded once:
+    #: those it declared owned in the join that formed the generation, and those assigned
+    #: to it. None: not checked (another protocol type, or payloads rafka cannot decode).
+    owned_partitions: frozenset[tuple[str, int]] | None = None
+    assigned_partitions: frozenset[tuple[str, int]] | None = None
 
     def metadata(self, protocol: str) -> bytes:
         for name, data in self.protocols:

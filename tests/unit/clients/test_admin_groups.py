@@ -64,8 +64,10 @@ class FakeCoordinator:
         self.groups.pop(group_id, None)
         return error
 
-    def commit_offsets(self, group_id, member_id, instance_id, generation, offsets):
-        assert (member_id, instance_id, generation) == ("", None, -1)
+    def commit_offsets(self, group_id, member_id, instance_id, generation, offsets,
+                       outside_group=False):  # fmt: skip
+        # an admin commits from outside the group, as no member of no generation
+        assert (member_id, instance_id, generation, outside_group) == ("", None, -1, True)
         self.before_commit()
         group = self.groups.setdefault(group_id, make_group(group_id))
         if group["members"]:
@@ -319,13 +321,13 @@ def test_list_group_offsets_reads_offset_metadata_and_epoch_sorted():
 
 
 def test_alter_group_offsets_commits_as_an_admin():
-    """Ints and OffsetAndMetadata are committed as member "" of generation -1, with the
-    coordinator's (offset, epoch, metadata) tuples."""
+    """Ints and OffsetAndMetadata are committed from outside the group (as member "" of
+    generation -1), with the coordinator's (offset, epoch, metadata) tuples."""
     admin, gateway, coordinator = cluster(make_group("billing"))
     admin.alter_group_offsets("billing", {TP("orders", 0): 12,
                                           TP("audit", 0): OffsetAndMetadata(3, "x", 5)})
     assert gateway.sent[-1] == ("commit_offsets", ("billing", "", None, -1, {
-        ("orders", 0): (12, -1, ""), ("audit", 0): (3, 5, "x")}))  # fmt: skip
+        ("orders", 0): (12, -1, ""), ("audit", 0): (3, 5, "x")}, True))  # fmt: skip
     assert committed(coordinator) == {("orders", 0): 12, ("audit", 0): 3}
 
 

@@ -220,9 +220,9 @@ def test_commits_from_outside_the_group_need_it_to_be_empty():
     """An admin reset (no member, generation -1) is refused while members are active."""
     group, _ = stable_group(1)
     with pytest.raises(NonEmptyGroup):
-        group.check_commit("", None, -1, offsets(0))
+        group.check_commit("", None, -1, offsets(0), outside_group=True)
     empty = Group("h", CONFIG, 0)
-    empty.check_commit("", None, -1, offsets(0))
+    empty.check_commit("", None, -1, offsets(0), outside_group=True)
     empty.commit(offsets(0))
     assert empty.offsets[("t", 0)].offset == 10
 
