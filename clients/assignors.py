@@ -9,8 +9,8 @@ Contract of ``Assignor.assign(partitions_per_topic, subscriptions)``:
 - Output: member id -> its partitions, sorted by (topic, partition). Every member id is a key,
   possibly with an empty list; a member only gets partitions of topics it subscribes to.
 - Eager assignors give every partition of every subscribed topic to exactly one member. The
-  cooperative assignor gives each at most once per round, never to a member other than its
-  current owner, and exactly once after the follow-up round (same subscriptions and topics,
+  cooperative assignor gives each at most once per round, never to a member while another
+  member claims it, and exactly once after the follow-up round (same subscriptions and topics,
   each member owning what it was given).
 - Deterministic: the result depends on the values of the input, never on the order of the
   ``subscriptions`` dict or on randomness.
@@ -96,6 +96,15 @@ class _Group:
         """Every partition of every topic some member subscribes to, sorted."""
         return [TopicPartition(t, p)
                 for t in sorted(self.members_of) for p in range(self.counts[t])]
+
+    def claimants(self) -> dict[TopicPartition, set[str]]:
+        """partition -> every member that claims to own it, whatever its generation or
+        subscription."""
+        out: dict[TopicPartition, set[str]] = {}
+        for m in self.order:
+            for tp in map(_as_tp, self.subscriptions[m].owned_partitions):
+                out.setdefault(tp, set()).add(m)
+        return out
 
     def valid_owners(self) -> dict[TopicPartition, str]:
         """partition -> the member whose claim on it holds (see the module docstring)."""
@@ -212,8 +221,12 @@ class StickyAssignor(Assignor):
 
 
 class CooperativeStickyAssignor(StickyAssignor):
-    """The sticky target, minus every partition moving away from its valid owner: the owner
-    revokes it, rejoins, and the next rebalance hands it to its new member (KIP-429)."""
+    """The sticky target, minus every partition another member claims: its owner revokes it,
+    rejoins, and the next rebalance hands it to its new member (KIP-429). A partition stays
+    only with its valid owner (see the module docstring). Every other claim holds a partition
+    back too (a claim on a topic the member no longer subscribes to, two claims of one
+    generation): a member that claims a partition may still be reading it, so nobody else
+    gets it while anyone else claims it (Kafka's computePartitionsTransferringOwnership)."""
 
     name = "cooperative-sticky"
     rebalance_protocol = COOPERATIVE
@@ -221,7 +234,9 @@ class CooperativeStickyAssignor(StickyAssignor):
     def _assign(self, group):
         owners = group.valid_owners()
         target = self._target(group, owners)
-        return {m: [tp for tp in tps if owners.get(tp, m) == m] for m, tps in target.items()}
+        claimants = group.claimants()
+        return {m: [tp for tp in tps if owners.get(tp) == m or claimants.get(tp, {m}) == {m}]
+                for m, tps in target.items()}  # fmt: skip
 
 
 def _constrained(group: _Group, members: list[str], owners: dict[TopicPartition, str]):

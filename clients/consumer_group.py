@@ -1,22 +1,30 @@
-"""The consumer's side of the group protocol: joining, syncing, heartbeats and commits.
+"""The consumer's side of the group protocol: joining, syncing and applying assignments.
 
 ``GroupMember`` is what Kafka's ConsumerCoordinator is to its consumer. The consumer's
 ``poll`` drives it (``GroupMember.poll``): joins and syncs are sent as actor calls whose
 answers are awaited alongside the fetches, so a rebalance never blocks a poll past its
 timeout, and with the cooperative protocol the partitions a member keeps are read
-throughout. The group leader runs the assignor (``rafka.clients.assignors``) here, on the
-client, as in Kafka.
+throughout. The group leader runs the assignor (``rafka.clients.leader_assignment``) on the
+client, as in Kafka. Heartbeats (``rafka.clients.group_heartbeat``) and commits
+(``rafka.clients.group_commits``) are parts of the member too.
 
-A background thread sends heartbeats every ``heartbeat_interval_ms`` while the member is in
-a generation. It learns of rebalances (the next poll rejoins) and of the member's removal,
-and it enforces ``max_poll_interval_ms``: a consumer that has not polled for that long
-leaves the group (a static member does not leave; its session runs out instead), and its
-partitions are reported lost on its next poll.
+Membership states: UNJOINED -> JOINING (join sent) -> SYNCING (in a generation, sync sent or
+its answer waiting to be applied) -> STABLE (assignment applied). Invariants:
+
+- every state change finishes whatever happens: an answer taken from ``_pending`` always
+  leaves the member STABLE, or UNJOINED with a rejoin due; an error (a listener's, the
+  assignor's) is raised only after that;
+- a join or sync that gets no answer within its deadline is given up and the member rejoins;
+- before it joins, the member commits (auto-commit) and revokes what it may not keep (eager:
+  everything; cooperative: partitions of topics it no longer subscribes to); partitions of a
+  member that learned it is out of the group are revoked as lost, never claimed in a join;
+- an assignment is applied (listeners run) only in the polling thread, and not at all if
+  the member learned meanwhile that it is out of the group.
 
 The consumer hands partitions in and out through the ``host`` (the Consumer): ``owned()``,
-``revoke(partitions, lost)``, ``assign_from_group(partitions)``, ``commit_consumed()`` and
-``subscribed_topics()``; the rebalance listener runs inside ``revoke`` and ``assign``, in
-the polling thread.
+``revoke(partitions, lost)``, ``assign_from_group(partitions)``, ``commit_consumed()``,
+``subscribed_topics()`` and ``refresh_subscription()``; the rebalance listener runs inside
+``revoke`` and ``assign_from_group``, in the polling thread.
 """
 
 from __future__ import annotations
@@ -26,55 +34,52 @@ import re
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
-from rafka.clients.assignors import Subscription, make_assignors, rebalance_protocol
-from rafka.cluster.consumer_protocol import (
-    PROTOCOL_TYPE,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
+from rafka.clients import leader_assignment
+from rafka.clients.assignors import EAGER, make_assignors, rebalance_protocol
+from rafka.clients.group_commits import MEMBER_GONE, RETRY_BACKOFF_S, CommitMixin
+from rafka.clients.group_heartbeat import (
+    JOINING,
+    STABLE,
+    SYNCING,
+    UNJOINED,
+    HeartbeatMixin,
 )
+from rafka.clients.rebalance_listener import ConsumerRebalanceListener  # noqa: F401 (API)
+from rafka.cluster.consumer_protocol import PROTOCOL_TYPE, decode_assignment, encode_subscription
 from rafka.errors import (
-    CommitFailed,
     FencedInstanceId,
-    IllegalGeneration,
     RafkaError,
     RebalanceInProgress,
     RequestTimedOut,
     UnknownMemberId,
 )
-from rafka.types import OffsetAndMetadata, TopicPartition
+from rafka.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
-RETRY_BACKOFF_S = 0.1
-_MEMBER_GONE = (UnknownMemberId, IllegalGeneration)
+JOIN, SYNC = "join", "sync"
+#: Added to a join's or sync's rebalance timeout before it is given up (Kafka adds 5 s to
+#: the join's request timeout).
+ANSWER_GRACE_S = 5.0
 
 
-class ConsumerRebalanceListener:
-    """Override what you need. Each is called in the thread that polls, with a set of
-    TopicPartition: ``on_partitions_revoked`` before partitions are taken away (commit their
-    offsets here), ``on_partitions_assigned`` after new ones are given (positions are
-    resolved lazily afterwards), and ``on_partitions_lost`` when the member was removed from
-    the group, so its partitions may already belong to others (by default it calls
-    ``on_partitions_revoked``, as Kafka does)."""
+class _Pending(NamedTuple):
+    """A join or sync call in flight: its answer's ref, and when to give up on it."""
 
-    def on_partitions_revoked(self, revoked: set) -> None:
-        pass
-
-    def on_partitions_assigned(self, assigned: set) -> None:
-        pass
-
-    def on_partitions_lost(self, lost: set) -> None:
-        self.on_partitions_revoked(lost)
+    kind: str
+    ref: Any
+    deadline: float
+    generation: int
 
 
-class GroupMember:
+class GroupMember(HeartbeatMixin, CommitMixin):
     """One consumer's membership of ``group_id``. Not thread-safe except between the polling
-    thread and its own heartbeat thread (which share state under ``_lock``)."""
+    thread and its own heartbeat thread (which share state under ``_lock``; only one of them
+    moves a rebalance on at a time, under ``_advancing``). ``standalone``: the member of a
+    consumer that uses ``assign()``: it only commits and reads commits, from outside the
+    group. ``clock`` (monotonic seconds) and ``sleep`` are for tests."""
 
     def __init__(
         self,
@@ -91,6 +96,10 @@ class GroupMember:
         assignment_strategy: Any,
         metadata_max_age_ms: int,
         request_timeout_s: float,
+        standalone: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        heartbeat_thread: bool = True,
     ) -> None:
         self._gateway = gateway
         self._metadata = metadata
@@ -105,21 +114,27 @@ class GroupMember:
         self.protocol = rebalance_protocol(self.assignors)
         self.metadata_max_age_s = metadata_max_age_ms / 1000
         self.request_timeout_s = request_timeout_s
+        self.standalone = standalone
+        self._clock = clock
+        self._sleep = sleep
+        self._heartbeat_thread_enabled = heartbeat_thread
         self._lock = threading.RLock()
+        self._advancing = threading.Lock()
         self.member_id = ""
         self.generation = -1
         self.state = UNJOINED
         self.leader_id: str | None = None
         self._rejoin_needed = True
         self._lost = False  # removed from the group: owned partitions are lost, not revoked
-        self._fatal: RafkaError | None = None
-        self._pending = None  # object ref of the join or sync call in flight
+        self._fatal: BaseException | None = None
+        self._pending: _Pending | None = None
+        self._synced: tuple[int, Any] | None = None  # (generation, SyncResult) to apply
         self._retry_at = 0.0
         self._coordinator = None
         self._assigned_counts: dict[str, int] = {}  # partition counts the leader assigned
-        self._checked_metadata_at = time.monotonic()
-        self._last_poll = time.monotonic()
-        self._async_commits: list = []  # (ref, callback, offsets)
+        self._checked_metadata_at = clock()
+        self._last_poll = clock()
+        self._async_commits: list = []  # (ref, callback, offsets, member id, generation)
         self._closed = False
         self._heartbeats: threading.Thread | None = None
         self._wake = threading.Event()
@@ -150,84 +165,164 @@ class GroupMember:
     def pending_ref(self):
         """The join or sync answer being waited for (the consumer waits on it with its
         fetches), or None."""
-        return self._pending
+        pending = self._pending
+        return pending.ref if pending is not None else None
 
     def poll(self) -> None:
         """Advance the membership as far as it goes without waiting: send a join when one
-        is due, handle answers that have arrived. Raises a fatal error (FencedInstanceId,
-        InconsistentGroupProtocol, ...) once."""
-        self._last_poll = time.monotonic()
+        is due, handle answers that have arrived, apply an assignment. Raises a fatal error
+        (FencedInstanceId, InconsistentGroupProtocol, a listener's or assignor's error)
+        once, after the state change it interrupted is finished."""
+        self._last_poll = self._clock()
         self._start_heartbeats()
         self._finish_async_commits()
-        with self._lock:
-            if self._fatal is not None:
-                error, self._fatal = self._fatal, None
-                raise error
+        self._raise_fatal()
         self._maybe_check_metadata()
-        for _ in range(4):  # join -> sync -> stable (-> rejoin after a cooperative revoke)
-            with self._lock:
-                state, pending = self.state, self._pending
-            if pending is not None:
-                ready, _ = self._gateway.wait([pending], 1, timeout_s=0)
-                if not ready:
+        with self._advancing:
+            for _ in range(6):  # join -> sync -> apply (-> rejoin after a cooperative revoke)
+                self._advance()
+                self._raise_fatal()
+                with self._lock:
+                    synced, self._synced = self._synced, None
+                    due = (
+                        self._pending is None and self._rejoin_needed
+                        and self._clock() >= self._retry_at
+                    )  # fmt: skip
+                if synced is not None:
+                    self._apply_assignment(*synced)
+                elif due:
+                    self._start_join()
+                else:
                     return
-                self._pending = None
-                self._on_answer(state, pending)
-                continue
-            if self._rejoin_needed and time.monotonic() >= self._retry_at:
-                self._start_join()
-                continue
-            return
+
+    def _raise_fatal(self) -> None:
+        with self._lock:
+            error, self._fatal = self._fatal, None
+        if error is not None:
+            raise error
 
     @property
     def stable(self) -> bool:
         return self.state == STABLE and not self._rejoin_needed
 
-    def _start_join(self) -> None:
-        """Kafka's onJoinPrepare, then the join: commit what was consumed (auto-commit),
-        revoke (eager) or report lost partitions, and send the subscription."""
+    def advance_rebalance(self) -> None:
+        """Take a join or sync answer that has arrived, from either thread, unless the other
+        thread is at it. Never raises: a fatal error waits for the next poll."""
+        if self._advancing.acquire(blocking=False):
+            try:
+                self._advance()
+            finally:
+                self._advancing.release()
+
+    def _advance(self) -> None:
+        with self._lock:
+            pending = self._pending
+        if pending is None:
+            return
+        ready, _ = self._gateway.wait([pending.ref], 1, timeout_s=0)
+        if not ready:
+            if self._clock() >= pending.deadline:
+                log.warning("group %s: no answer to the %s within %.1f s; rejoining",
+                            self.group_id, pending.kind, self._answer_timeout_s())  # fmt: skip
+                self._rejoin_later(pending)
+            return
+        with self._lock:
+            if self._pending is not pending:
+                return  # the membership was reset meanwhile
+            self._pending = None
+        try:
+            error, result = self._get(pending.ref)
+        except RafkaError as e:
+            error, result = e, None
+        if error is not None:
+            self._on_error(error, pending)
+        elif pending.kind == JOIN:
+            self._on_joined(result)
+        else:
+            with self._lock:
+                if self.generation == pending.generation and self.state == SYNCING:
+                    self._synced = (pending.generation, result)
+
+    def _answer_timeout_s(self) -> float:
+        return self.max_poll_interval_s + self.request_timeout_s + ANSWER_GRACE_S
+
+    def _expect(self, kind: str, ref, generation: int, state: str) -> None:
+        with self._lock:
+            self._pending = _Pending(
+                kind, ref, self._clock() + self._answer_timeout_s(), generation
+            )
+            self.state = state
+
+    def _rejoin_later(self, pending: _Pending | None = None) -> None:
+        """Back to UNJOINED with a rejoin due after a backoff (dropping ``pending``)."""
+        with self._lock:
+            if pending is not None and self._pending is pending:
+                self._pending = None
+            self.state = UNJOINED
+            self._rejoin_needed = True
+            self._retry_at = self._clock() + RETRY_BACKOFF_S
+
+    # -- joining -------------------------------------------------------------------------------
+
+    def _take_lost(self) -> bool:
         with self._lock:
             lost, self._lost = self._lost, False
+            return lost
+
+    def _start_join(self) -> None:
+        """Kafka's onJoinPrepare, then the join: commit what was consumed (auto-commit),
+        revoke what may not be kept (eager: all; cooperative: partitions of topics no longer
+        subscribed to), report the partitions of a member that is out of the group as lost,
+        and send the subscription with what is still owned."""
+        errors: list[BaseException] = []
+        lost = self._take_lost()
+        if not lost and self._host.owned():
+            self._host.commit_consumed()  # may learn the member is out of the group
+            lost = self._take_lost()
         owned = self._host.owned()
-        if lost:
-            if owned:
-                self._host.revoke(owned, lost=True)
-            owned = set()
-        elif owned:
-            self._host.commit_consumed()
-            if self.protocol == "eager":
-                self._host.revoke(owned, lost=False)
-                owned = set()
+        if not lost and owned:
+            subscribed = set(self._host.subscribed_topics())
+            give_up = owned if self.protocol == EAGER else {
+                tp for tp in owned if tp.topic not in subscribed
+            }  # fmt: skip
+            if give_up:
+                self._listen(errors, self._host.revoke, give_up, False)
+            lost = self._take_lost()  # a commit in the listener may have learned it
+        with self._lock:
+            out_of_group = lost or self.generation < 0
+        owned = self._host.owned()
+        if out_of_group and owned:  # never claim what may belong to another member now
+            self._listen(errors, self._host.revoke, owned, True)
+            self._take_lost()
+            owned = self._host.owned()
+        with self._lock:
+            member_id, generation = self.member_id, self.generation
         topics = sorted(self._host.subscribed_topics())
-        data = encode_subscription(topics, owned, self.generation)
+        data = encode_subscription(topics, owned, generation if owned else -1)
         protocols = [(a.name, data) for a in self.assignors]
         try:
-            self._pending = self._send(
-                "join_group", self.member_id, self.group_instance_id, self.client_id,
+            ref = self._send(
+                "join_group", member_id, self.group_instance_id, self.client_id,
                 socket.gethostname(), PROTOCOL_TYPE, protocols, self.session_timeout_ms,
                 int(self.max_poll_interval_s * 1000),
             )  # fmt: skip
         except RafkaError as e:
-            self._retry(e)
-            return
-        with self._lock:
-            self.state = JOINING
-            self._rejoin_needed = False
-
-    def _on_answer(self, state: str, ref) -> None:
-        if state not in (JOINING, SYNCING):
-            return  # the member left meanwhile: the answer is for a membership now gone
-        try:
-            error, result = self._get(ref, self.max_poll_interval_s + self.request_timeout_s)
-        except RafkaError as e:
-            error, result = e, None
-        if error is not None:
-            self._on_error(error, "join" if state == JOINING else "sync")
-            return
-        if state == JOINING:
-            self._on_joined(result)
+            self._send_failed(e)
         else:
-            self._on_synced(result)
+            with self._lock:
+                self._rejoin_needed = False
+            self._expect(JOIN, ref, generation, JOINING)
+        if errors:
+            raise errors[0]
+
+    @staticmethod
+    def _listen(errors: list, call: Callable, *args) -> None:
+        """Run a host hook that calls the user's listener; its error is kept for later, so
+        the state change around it finishes first."""
+        try:
+            call(*args)
+        except Exception as e:
+            errors.append(e)
 
     def _on_joined(self, result) -> None:
         with self._lock:
@@ -236,93 +331,120 @@ class GroupMember:
             self.leader_id = result.leader_id
         assignments = None
         if result.member_id == result.leader_id and not result.skip_assignment:
-            assignments = self._assign(result.protocol, result.members)
+            try:
+                assignments = self._assign(result.protocol, result.members)
+            except Exception as e:  # a metadata call timed out, or the assignor failed
+                log.warning("group %s generation %d: the assignment failed (%r); rejoining",
+                            self.group_id, result.generation, e)  # fmt: skip
+                self._rejoin_later()
+                if not (isinstance(e, RafkaError) and e.retriable):
+                    with self._lock:
+                        self._fatal = e
+                return
         try:
-            self._pending = self._send(
-                "sync_group", self.member_id, self.group_instance_id, self.generation,
+            ref = self._send(
+                "sync_group", result.member_id, self.group_instance_id, result.generation,
                 assignments,
             )  # fmt: skip
         except RafkaError as e:
-            self._retry(e)
+            self._send_failed(e)
             return
-        with self._lock:
-            self.state = SYNCING
+        self._expect(SYNC, ref, result.generation, SYNCING)
 
     def _assign(self, protocol: str, members: list) -> dict[str, bytes]:
         """The leader's work: run the group's assignor over every member's subscription."""
         assignor = next(a for a in self.assignors if a.name == protocol)
-        subscriptions = {}
-        for member_id, instance_id, data in members:
-            sub = decode_subscription(data)
-            subscriptions[member_id] = Subscription(
-                tuple(sub.topics), tuple(TopicPartition(t, p) for t, p in sub.owned_partitions),
-                sub.generation, instance_id, sub.user_data,
-            )  # fmt: skip
+        subscriptions = leader_assignment.subscriptions_of(members)
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
         counts = self._metadata.partition_counts(topics)
         self._assigned_counts = counts
-        assigned = assignor.assign(counts, subscriptions)
+        assignments = leader_assignment.assign(assignor, counts, subscriptions)
         log.info(
             "group %s generation %d: %s assigned %d partition(s) of %d topic(s) to %d member(s)",
             self.group_id, self.generation, protocol, sum(counts.values()), len(counts),
             len(subscriptions),
         )  # fmt: skip
-        return {m: encode_assignment(tps) for m, tps in assigned.items()}
+        return assignments
 
-    def _on_synced(self, result) -> None:
+    def _apply_assignment(self, generation: int, result) -> None:
+        """In the polling thread: give up what the assignment takes away (cooperative: then
+        rejoin, so it can move), become STABLE, take the new partitions."""
         assigned = {TopicPartition(t, p) for t, p in decode_assignment(result.assignment)[0]}
         owned = self._host.owned()
         revoked = owned - assigned
-        if revoked:  # cooperative: give up only what moves, then rejoin so it can move
-            self._host.revoke(revoked, lost=False)
+        errors: list[BaseException] = []
+        if revoked:
+            self._listen(errors, self._host.revoke, revoked, False)
         with self._lock:
-            self.state = STABLE
-            if revoked:
-                self._rejoin_needed = True
-        self._host.assign_from_group(assigned - owned)
-        log.info(
-            "group %s generation %d: member %s owns %d partition(s)",
-            self.group_id, self.generation, self.member_id, len(assigned),
-        )  # fmt: skip
+            current = not self._lost and self.generation == generation
+            if current:
+                self.state = STABLE
+                if revoked:
+                    self._rejoin_needed = True
+        if current:  # else a commit in the listener learned the member is out: rejoin
+            self._listen(errors, self._host.assign_from_group, assigned - owned)
+            log.info(
+                "group %s generation %d: member %s owns %d partition(s)",
+                self.group_id, generation, self.member_id, len(assigned),
+            )  # fmt: skip
+        if errors:
+            raise errors[0]
 
-    def _on_error(self, error: RafkaError, during: str) -> None:
+    # -- errors --------------------------------------------------------------------------------
+
+    def _on_error(self, error: RafkaError, pending: _Pending) -> None:
+        during = pending.kind
         if isinstance(error, FencedInstanceId) or not (
-            error.retriable or isinstance(error, (RebalanceInProgress, *_MEMBER_GONE))
+            error.retriable or isinstance(error, (RebalanceInProgress, *MEMBER_GONE))
         ):
+            log.warning("group %s: %s refused: %s", self.group_id, during, error)
+            self._rejoin_later()
             with self._lock:
-                self.state = UNJOINED
-            raise error
-        if isinstance(error, _MEMBER_GONE):
-            self._reset(error, during)
+                self._fatal = error
+                if isinstance(error, FencedInstanceId):  # another process is this member now
+                    self._rejoin_needed = False
+            return
+        if isinstance(error, MEMBER_GONE):
+            self._reset(error, during, pending=pending)
         else:
             log.info("group %s: %s: %s; rejoining", self.group_id, during, error)
-        with self._lock:
-            self.state = UNJOINED
-            self._rejoin_needed = True
-        if error.retriable:
-            self._retry_at = time.monotonic() + RETRY_BACKOFF_S
+        self._rejoin_later()
 
-    def _retry(self, error: RafkaError) -> None:
-        if not error.retriable:
-            raise error
+    def _send_failed(self, error: RafkaError) -> None:
         log.info("group %s: coordinator unavailable (%s); retrying", self.group_id, error)
-        with self._lock:
-            self.state = UNJOINED
-            self._rejoin_needed = True
-        self._retry_at = time.monotonic() + RETRY_BACKOFF_S
+        self._rejoin_later()
+        if not error.retriable:
+            with self._lock:
+                self._fatal = error
 
-    def _reset(self, error: RafkaError, during: str) -> None:
+    def _reset(
+        self, error: RafkaError, during: str, member_id: str | None = None,
+        generation: int | None = None, pending: _Pending | None = None,
+    ) -> None:  # fmt: skip
         """The group no longer knows this member (or its generation): start over, and
-        report the partitions held as lost."""
-        log.warning("group %s: member %s is out of the group (%s refused: %s)", self.group_id,
-                    self.member_id, during, error)  # fmt: skip
+        report the partitions held as lost. ``member_id`` and ``generation`` name the
+        membership the refused call was sent under: a newer one is left alone."""
         with self._lock:
-            if isinstance(error, UnknownMemberId):
-                self.member_id = ""
-            self.generation = -1
-            self.state = UNJOINED
-            self._rejoin_needed = True
+            if member_id is not None and (member_id, generation) != (
+                self.member_id, self.generation
+            ):
+                return
+            if pending is not None and pending.generation != self.generation:
+                return
+            log.warning("group %s: member %s is out of the group (%s refused: %s)",
+                        self.group_id, self.member_id, during, error)  # fmt: skip
+            self._forget_membership(member_id_too=isinstance(error, UnknownMemberId))
             self._lost = True
+
+    def _forget_membership(self, member_id_too: bool) -> None:
+        """Under ``_lock``: no generation, nothing pending, a rejoin due."""
+        if member_id_too:
+            self.member_id = ""
+        self.generation = -1
+        self.state = UNJOINED
+        self._rejoin_needed = True
+        self._pending = None
+        self._synced = None
 
     def request_rejoin(self) -> None:
         with self._lock:
@@ -332,7 +454,7 @@ class GroupMember:
         """Every metadata_max_age_ms: a pattern may match new topics (the subscription
         changes, so the member rejoins), and the leader rejoins when a subscribed topic grew
         (as Kafka's leader does), so the new partitions get assigned."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._checked_metadata_at < self.metadata_max_age_s:
             return
         self._checked_metadata_at = now
@@ -345,160 +467,6 @@ class GroupMember:
                 log.info("group %s: partition counts changed; rebalancing", self.group_id)
                 self.request_rejoin()
 
-    # -- heartbeats ----------------------------------------------------------------------------
-
-    def _start_heartbeats(self) -> None:
-        if self._heartbeats is None:
-            self._heartbeats = threading.Thread(
-                target=self._heartbeat_loop, name=f"rafka-heartbeat-{self.group_id}",
-                daemon=True,
-            )  # fmt: skip
-            self._heartbeats.start()
-
-    def _heartbeat_loop(self) -> None:
-        while not self._closed:
-            self._wake.wait(self.heartbeat_interval_s)
-            if self._closed:
-                return
-            with self._lock:
-                state, member_id, generation = self.state, self.member_id, self.generation
-            if not member_id or state == JOINING:
-                continue
-            if time.monotonic() - self._last_poll > self.max_poll_interval_s:
-                self._poll_timeout(member_id)
-                continue
-            if state != STABLE:
-                continue
-            try:
-                error = self._call("heartbeat", member_id, self.group_instance_id, generation)
-            except RafkaError as e:
-                error = e
-            if error is None:
-                continue
-            with self._lock:
-                if self.generation != generation or self.member_id != member_id:
-                    continue  # a newer join overtook this heartbeat
-                if isinstance(error, RebalanceInProgress):
-                    self._rejoin_needed = True
-                elif isinstance(error, FencedInstanceId):
-                    self._fatal = error
-                elif isinstance(error, _MEMBER_GONE):
-                    self._reset(error, "heartbeat")
-                else:
-                    log.info("group %s: heartbeat failed: %s", self.group_id, error)
-
-    def _poll_timeout(self, member_id: str) -> None:
-        log.warning(
-            "group %s: poll() was not called for more than max_poll_interval_ms=%d; member "
-            "%s leaves the group (poll more often, or process fewer records per poll with "
-            "max_poll_records)", self.group_id, self.max_poll_interval_s * 1000, member_id,
-        )  # fmt: skip
-        if self.group_instance_id is None:
-            try:
-                self._call("leave_group", [(member_id, None)])
-            except RafkaError as e:
-                log.info("group %s: leaving failed: %s", self.group_id, e)
-        with self._lock:
-            self.member_id = ""
-            self.generation = -1
-            self.state = UNJOINED
-            self._rejoin_needed = True
-            self._lost = True
-            self._pending = None  # a join or sync answer for the member that left
-
-    # -- offsets -------------------------------------------------------------------------------
-
-    def _commit_args(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple:
-        with self._lock:
-            member_id, generation = self.member_id, self.generation
-        payload = {(tp.topic, tp.partition): (o.offset, o.leader_epoch, o.metadata)
-                   for tp, o in offsets.items()}  # fmt: skip
-        return member_id, self.group_instance_id, generation, payload
-
-    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], timeout_s: float) -> None:
-        """Commit and wait; retriable failures are retried until ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        backoff = RETRY_BACKOFF_S
-        while True:
-            try:
-                error = self._call("commit_offsets", *self._commit_args(offsets))
-            except RafkaError as e:
-                error = e
-            if error is None:
-                return
-            if not error.retriable or time.monotonic() + backoff > deadline:
-                raise self._commit_error(error)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
-
-    def commit_async(
-        self, offsets: dict[TopicPartition, OffsetAndMetadata], callback: Callable | None
-    ) -> None:
-        """Send a commit; ``callback(offsets, error)`` runs on a later poll (error None on
-        success)."""
-        try:
-            ref = self._send("commit_offsets", *self._commit_args(offsets))
-        except RafkaError as e:
-            if callback is not None:
-                callback(offsets, e)
-            return
-        self._async_commits.append((ref, callback, offsets))
-
-    def _finish_async_commits(self, wait_s: float = 0.0) -> None:
-        if not self._async_commits:
-            return
-        refs = [ref for ref, _, _ in self._async_commits]
-        ready, _ = self._gateway.wait(refs, len(refs), timeout_s=wait_s)
-        done = set(ready)
-        remaining = []
-        for ref, callback, offsets in self._async_commits:
-            if ref not in done:
-                remaining.append((ref, callback, offsets))
-                continue
-            try:
-                error = self._get(ref)
-            except RafkaError as e:
-                error = e
-            if error is not None:
-                error = self._commit_error(error)
-                log.info("group %s: asynchronous commit failed: %s", self.group_id, error)
-            if callback is not None:
-                callback(offsets, error)
-        self._async_commits = remaining
-
-    def _commit_error(self, error: RafkaError) -> RafkaError:
-        """Kafka's CommitFailedException for a member that is no longer in the generation
-        (it rejoins on its next poll); other errors as they are."""
-        if isinstance(error, _MEMBER_GONE):
-            self._reset(error, "commit")
-            return CommitFailed(
-                f"the commit to group {self.group_id} was refused because the group "
-                f"rebalanced without this member ({error}); its partitions may be owned by "
-                "another member now, so records since the last commit may be read twice"
-            )
-        if isinstance(error, RebalanceInProgress):
-            self.request_rejoin()
-        return error
-
-    def committed(
-        self, partitions: Iterable[TopicPartition], timeout_s: float
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        wanted = [(tp.topic, tp.partition) for tp in partitions]
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                error, found = self._call("fetch_offsets", wanted)
-                if error is None:
-                    return {
-                        TopicPartition(t, p): OffsetAndMetadata(o, m, e)
-                        for (t, p), (o, e, m) in found.items()
-                    }  # fmt: skip
-            except RafkaError as e:
-                error = e
-            if not error.retriable or time.monotonic() > deadline:
-                raise error
-            time.sleep(RETRY_BACKOFF_S)
-
     # -- leaving -------------------------------------------------------------------------------
 
     def leave(self) -> None:
@@ -506,9 +474,7 @@ class GroupMember:
         back to the same assignment within its session timeout)."""
         with self._lock:
             member_id = self.member_id
-            self.member_id, self.generation, self.state = "", -1, UNJOINED
-            self._rejoin_needed = True
-            self._pending = None
+            self._forget_membership(member_id_too=True)
         if member_id and self.group_instance_id is None:
             try:
                 self._call("leave_group", [(member_id, None)], timeout_s=5.0)

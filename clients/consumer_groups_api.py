@@ -19,7 +19,8 @@ import re
 import time
 from typing import Any, Callable, Iterable
 
-from rafka.clients.consumer_group import ConsumerRebalanceListener, GroupMember, matching_topics
+from rafka.clients.consumer_group import GroupMember, matching_topics
+from rafka.clients.rebalance_listener import ConsumerRebalanceListener
 from rafka.errors import (
     CommitFailed,
     IllegalState,
@@ -304,7 +305,7 @@ class GroupConsumerMixin:
         member = getattr(self, "_standalone", None)
         if member is None:
             member = self._standalone = GroupMember(
-                self._gateway, self._metadata, self, self.group_id,
+                self._gateway, self._metadata, self, self.group_id, standalone=True,
                 request_timeout_s=self.request_timeout_s, **self._member_args,
             )  # fmt: skip
         return member

@@ -37,7 +37,7 @@ def __getattr__(name: str) -> Any:
 
         return Cluster
     if name == "ConsumerRebalanceListener":
-        from rafka.clients.consumer_group import ConsumerRebalanceListener
+        from rafka.clients.rebalance_listener import ConsumerRebalanceListener
 
         return ConsumerRebalanceListener
     raise AttributeError(f"module 'rafka' has no attribute {name!r}")

@@ -330,19 +330,43 @@ def test_conflicting_claims_go_to_the_higher_generation(cls):
 
 
 def test_claims_tied_at_the_highest_generation_are_all_dropped():
-    """Two same-generation claims on one partition count as nobody owning it."""
+    """Two same-generation claims on one partition count as nobody owning it: the sticky
+    assignor hands it out at once; the cooperative one holds it back until neither claims it,
+    since both may still be reading it."""
     subs = {"a": Subscription(("t0",)), "b": Subscription(("t0",), tuple(tps("t0p0")), 3),
             "c": Subscription(("t0",), tuple(tps("t0p0")), 3)}
+    assert StickyAssignor().assign({"t0": 1}, subs) == {"a": tps("t0p0"), "b": [], "c": []}
     result = CooperativeStickyAssignor().assign({"t0": 1}, subs)
-    assert result == {"a": tps("t0p0"), "b": [], "c": []}
+    assert result == {"a": [], "b": [], "c": []}
+    after = {m: Subscription(("t0",), (), 4) for m in subs}  # b and c revoked it
+    assert sum(map(len, CooperativeStickyAssignor().assign({"t0": 1}, after).values())) == 1
 
 
 def test_claims_on_unsubscribed_or_missing_partitions_are_dropped():
-    """Owned partitions of a dropped topic, a missing topic or past the count do not block."""
+    """Owned partitions of a dropped topic, a missing topic or past the count do not count as
+    owned; the cooperative assignor still holds a claimed partition back from the others
+    (its claimant may still be reading it) until the claim is gone."""
     subs = {"a": Subscription(("t0",), tuple(tps("t1p0 t0p5 gonep0")), 7),
             "b": Subscription(("t1",))}
+    assert StickyAssignor().assign({"t0": 1, "t1": 1}, subs) == {
+        "a": tps("t0p0"), "b": tps("t1p0")}  # fmt: skip
+    result = CooperativeStickyAssignor().assign({"t0": 1, "t1": 1}, subs)
+    assert result == {"a": tps("t0p0"), "b": []}
+    subs["a"] = Subscription(("t0",), tuple(tps("t0p0")), 8)
     result = CooperativeStickyAssignor().assign({"t0": 1, "t1": 1}, subs)
     assert result == {"a": tps("t0p0"), "b": tps("t1p0")}
+
+
+@given(group=groups())
+def test_cooperative_never_hands_a_claimed_partition_to_another_member(group):
+    """Whatever the claims, a partition goes to a member only if no other member claims it,
+    or the member is its valid owner."""
+    counts, subs = group
+    owners = valid_owners(counts, subs)
+    for m, given in CooperativeStickyAssignor().assign(counts, subs).items():
+        for tp in given:
+            others = {o for o, s in subs.items() if o != m and tp in set(s.owned_partitions)}
+            assert owners.get(tp) == m or not others, (tp, m, others)
 
 
 # -- cooperative protocol -------------------------------------------------------------

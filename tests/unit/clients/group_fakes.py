@@ -1,0 +1,286 @@
+"""Fakes for consumer-group member tests, with no Ray: a coordinator that runs the real group
+state machine (``rafka.cluster.group.Group``) on an injected clock, a gateway to it whose
+calls the test may hold back and release (late answers), and a consumer built on the real
+``GroupConsumerMixin`` (the hooks ``GroupMember`` calls) with partitions as plain positions.
+
+The coordinator answers a call when the state machine does (a join waits for the rebalance);
+group writes succeed at once unless the test holds them (``hold_writes``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+from rafka.clients.consumer_groups_api import GroupConsumerMixin
+from rafka.cluster.group import JOIN, SYNC, CommittedOffset, Group, GroupConfig
+from rafka.errors import CoordinatorNotAvailable, GroupIdNotFound, RafkaError, RequestTimedOut
+from rafka.types import TopicPartition
+
+CONFIG = GroupConfig(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)
+#: Methods whose answer is (error, result) rather than the error alone.
+PAIRED = ("join_group", "sync_group", "fetch_offsets")
+
+
+class Clock:
+    """Monotonic seconds, moved only by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def ms(self) -> int:
+        return int(self.now * 1000)
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Ref:
+    """An answer that may not have arrived yet."""
+
+    _ids = itertools.count()
+
+    def __init__(self, method: str) -> None:
+        self.id = next(self._ids)
+        self.method = method
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
+        if not self.done:
+            self.done, self.value, self.error = True, value, error
+
+    def __repr__(self) -> str:
+        return f"Ref({self.method}#{self.id}, done={self.done})"
+
+
+class FakeCoordinator:
+    """One coordinator shard over real ``Group`` state machines. ``held``: method names
+    whose calls wait (unprocessed) until ``release``; ``lost``: method names whose calls are
+    processed but never answered; ``hold_writes``: group writes wait for ``finish_writes``."""
+
+    def __init__(self, clock: Clock, config: GroupConfig = CONFIG) -> None:
+        self.clock = clock
+        self.config = config
+        self.groups: dict[str, Group] = {}
+        self.waiting: dict[tuple[str, str, str], Ref] = {}
+        self.held: set[str] = set()
+        self.lost: set[str] = set()
+        self.queue: list[tuple[Ref, str, tuple]] = []
+        self.hold_writes = False
+        self.writes: list[tuple[Group, Any]] = []
+        self.calls: list[tuple[str, tuple]] = []
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def call(self, method: str, args: tuple) -> Ref:
+        ref = Ref(method)
+        self.calls.append((method, args))
+        if method in self.held:
+            self.queue.append((ref, method, args))
+        else:
+            self._process(ref, method, args)
+        return ref
+
+    def release(self, method: str | None = None) -> None:
+        """Process the held calls (of ``method``, or all), in the order they came."""
+        keep = []
+        for ref, m, args in self.queue:
+            if method is None or m == method:
+                self._process(ref, m, args)
+            else:
+                keep.append((ref, m, args))
+        self.queue = keep
+
+    def _process(self, ref: Ref, method: str, args: tuple) -> None:
+        target = Ref(method) if method in self.lost else ref  # lost: nobody hears the answer
+        try:
+            getattr(self, method)(target, *args)
+        except RafkaError as e:  # the actor answers (error, None) or the error
+            target.resolve((e, None) if method in PAIRED else e)
+
+    def _group(self, group_id: str, create: bool) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            if not create:
+                raise GroupIdNotFound(f"no group {group_id}")
+            group = self.groups[group_id] = Group(group_id, self.config, self.clock.ms())
+        return group
+
+    def _wait(self, ref: Ref, group: Group, member_id: str, kind: str, effects) -> None:
+        key = (group.group_id, member_id, kind)
+        previous = self.waiting.pop(key, None)
+        if previous is not None and not previous.done:
+            previous.resolve((CoordinatorNotAvailable("replaced by a retry"), None))
+        self.waiting[key] = ref
+        self.apply(group, effects)
+
+    def apply(self, group: Group, effects) -> None:
+        for (member_id, kind), result in effects.replies.items():
+            ref = self.waiting.pop((group.group_id, member_id, kind), None)
+            if ref is not None:
+                ref.resolve((result.error, result._replace(error=None)))
+        if effects.persist:
+            self.writes.append((group, effects))
+            if not self.hold_writes:
+                self.finish_writes()
+
+    def finish_writes(self, error: RafkaError | None = None) -> None:
+        writes, self.writes = self.writes, []
+        for group, effects in writes:
+            self.apply(group, persist_outcome(group, effects, error, self.clock.ms()))
+
+    def tick(self) -> None:
+        for group in list(self.groups.values()):
+            self.apply(group, group.tick(self.clock.ms()))
+
+    # -- the coordinator's methods (as GroupCoordinator's) -------------------------------------
+
+    def join_group(self, ref, group_id, member_id, instance_id, client_id, host, protocol_type,
+                   protocols, session_timeout_ms, rebalance_timeout_ms) -> None:  # fmt: skip
+        group = self._group(group_id, True)
+        member_id, effects = group.join(
+            member_id, instance_id, client_id, host, protocol_type, protocols,
+            session_timeout_ms, rebalance_timeout_ms, self.clock.ms(),
+        )  # fmt: skip
+        self._wait(ref, group, member_id, JOIN, effects)
+
+    def sync_group(self, ref, group_id, member_id, instance_id, generation, assignments):
+        group = self._group(group_id, False)
+        effects = group.sync(member_id, instance_id, generation, assignments, self.clock.ms())
+        self._wait(ref, group, member_id, SYNC, effects)
+
+    def heartbeat(self, ref, group_id, member_id, instance_id, generation) -> None:
+        group = self._group(group_id, False)
+        group.heartbeat(member_id, instance_id, generation, self.clock.ms())
+        ref.resolve(None)
+
+    def leave_group(self, ref, group_id, members) -> None:
+        group = self._group(group_id, False)
+        self.apply(group, group.leave(members, self.clock.ms()))
+        ref.resolve(None)
+
+    def commit_offsets(self, ref, group_id, member_id, instance_id, generation, offsets,
+                       outside_group=False) -> None:  # fmt: skip
+        group = self._group(group_id, True)
+        now = self.clock.ms()
+        committed = {tp: CommittedOffset(o, e, m or "", now) for tp, (o, e, m) in offsets.items()}
+        check_commit(group, member_id, instance_id, generation, committed, outside_group)
+        group.commit(committed)
+        ref.resolve(None)
+
+    def fetch_offsets(self, ref, group_id, partitions=None) -> None:
+        group = self.groups.get(group_id)
+        found = {} if group is None else {
+            tuple(tp): group.offsets[tuple(tp)] for tp in partitions or group.offsets
+            if tuple(tp) in group.offsets
+        }  # fmt: skip
+        ref.resolve((None, {tp: (c.offset, c.leader_epoch, c.metadata)
+                            for tp, c in found.items()}))  # fmt: skip
+
+
+def check_commit(group, member_id, instance_id, generation, committed, outside_group) -> None:
+    group.check_commit(member_id, instance_id, generation, committed, outside_group=outside_group)
+
+
+def persist_outcome(group: Group, effects, error: RafkaError | None, now: int):
+    """What the coordinator does once a group write ends: the state machine's follow-up."""
+    if error is None:
+        return group.persisted(group.generation, now)
+    return group.persist_failed(group.generation, error, now)
+
+
+class FakeGateway:
+    """The Gateway calls a GroupMember makes, onto a FakeCoordinator."""
+
+    def __init__(self, coordinator: FakeCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def group_coordinator(self, group_id: str) -> str:
+        return "coordinator"
+
+    def send(self, handle, method: str, *args) -> Ref:
+        return self.coordinator.call(method, args)
+
+    @staticmethod
+    def get(ref: Ref, timeout_s: float | None = None, what: str = ""):
+        if not ref.done:
+            raise RequestTimedOut(f"{what} did not answer in time")
+        if ref.error is not None:
+            raise ref.error
+        return ref.value
+
+    @staticmethod
+    def wait(refs: list, num_returns: int = 1, timeout_s: float | None = None):
+        ready = [r for r in refs if r.done]
+        return ready, [r for r in refs if not r.done]
+
+
+class FakeMetadata:
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = topics
+        self.fail: Callable[[], RafkaError | None] = lambda: None
+
+    def partition_counts(self, names, refresh: bool = False) -> dict[str, int]:
+        error = self.fail()
+        if error is not None:
+            raise error
+        return {n: self.topics[n] for n in names if n in self.topics}
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.topics)
+
+
+class _Position:
+    def __init__(self) -> None:
+        self.position: int | None = None
+
+    def clear(self) -> None:
+        pass
+
+
+class FakeConsumer(GroupConsumerMixin):
+    """The real group hooks over partitions that are only positions; ``poll`` runs the
+    membership and resolves positions as Consumer.poll does, ``read`` consumes records."""
+
+    def __init__(self, gateway: FakeGateway, metadata: FakeMetadata, clock: Clock, *,
+                 strategy: Any = "cooperative-sticky", auto_commit: bool = False,
+                 instance: str | None = None, session_ms: int = 1000, heartbeat_ms: int = 300,
+                 max_poll_ms: int = 10_000, client: str = "c") -> None:  # fmt: skip
+        self._gateway = gateway
+        self._metadata = metadata
+        self._partitions: dict[TopicPartition, _Position] = {}
+        self.request_timeout_s = 5.0
+        self._init_group("g", instance, client, auto_commit, 5000, session_ms, heartbeat_ms,
+                         max_poll_ms, strategy, 300_000)  # fmt: skip
+        self._member_args.update(clock=clock, sleep=clock.sleep, heartbeat_thread=False)
+
+    def _add_partitions(self, partitions) -> None:
+        for tp in partitions:
+            self._partitions.setdefault(tp, _Position())
+
+    def _remove_partitions(self, partitions) -> None:
+        for tp in partitions:
+            self._partitions.pop(tp, None)
+
+    def _reset(self, state) -> None:
+        state.position = 0
+
+    def _check_open(self) -> None:
+        pass
+
+    def poll(self) -> None:
+        self._group_poll()
+        self._resolve_positions()
+
+    def read(self, records: int = 1) -> None:
+        for state in self._partitions.values():
+            state.position += records
+
+    @property
+    def member(self):
+        return self._member
