@@ -1,7 +1,7 @@
 """The records of the internal topic ``__consumer_offsets``, and which shard owns a group.
 
 ``__consumer_offsets`` is compacted: only the newest record per key survives, and a record
-with no value (a tombstone) deletes the key. Two kinds of key, as in Kafka::
+with no value (a tombstone) deletes the key. Two kinds of key as in Kafka, and a third::
 
     offset commit   key [1, group id, topic, partition]
                     value {"offset", "leader_epoch", "metadata", "commit_ms"}
@@ -10,6 +10,11 @@ with no value (a tombstone) deletes the key. Two kinds of key, as in Kafka::
                            {"member_id", "group_instance_id", "client_id", "client_host",
                             "session_timeout_ms", "rebalance_timeout_ms", "subscription",
                             "assignment"}, ...]}
+    epoch marker    key [3, shard]
+                    value {"producer_id", "epoch", "token"}: written by each incarnation of
+                    the shard's coordinator as it loads, to fence earlier ones
+                    (``rafka.cluster.coordinator_fencing``); one key per shard, so
+                    compaction keeps the newest marker, which has the highest epoch
 
 Keys and values are msgpack. The first element of a key is its kind; unknown kinds are
 skipped on load, so a newer coordinator may add kinds an older one ignores.
@@ -28,6 +33,7 @@ import msgpack
 
 OFFSET_COMMIT = 1
 GROUP_METADATA = 2
+EPOCH_MARKER = 3
 
 
 class OffsetKey(NamedTuple):
@@ -38,6 +44,10 @@ class OffsetKey(NamedTuple):
 
 class GroupKey(NamedTuple):
     group_id: str
+
+
+class EpochMarkerKey(NamedTuple):
+    shard: int
 
 
 def java_string_hash(text: str) -> int:
@@ -85,13 +95,23 @@ def group_value(metadata: dict[str, Any]) -> bytes:
     return msgpack.packb(metadata)
 
 
-def decode_key(key: bytes) -> OffsetKey | GroupKey | None:
+def epoch_marker_key(shard: int) -> bytes:
+    return msgpack.packb([EPOCH_MARKER, shard])
+
+
+def epoch_marker_value(producer_id: int, epoch: int, token: str) -> bytes:
+    return msgpack.packb({"producer_id": producer_id, "epoch": epoch, "token": token})
+
+
+def decode_key(key: bytes) -> OffsetKey | GroupKey | EpochMarkerKey | None:
     """The key's fields, or None for a kind this version does not know."""
     fields = msgpack.unpackb(key)
     if fields[0] == OFFSET_COMMIT:
         return OffsetKey(fields[1], fields[2], fields[3])
     if fields[0] == GROUP_METADATA:
         return GroupKey(fields[1])
+    if fields[0] == EPOCH_MARKER:
+        return EpochMarkerKey(fields[1])
     return None
 
 
