@@ -30,6 +30,7 @@ from rafka.actors.group_lag import LagReporter
 from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.offsets_log import OffsetsLog
 from rafka.cluster.group import JOIN, SYNC, CommittedOffset, Effects, Group, GroupState
+from rafka.cluster.group_types import GroupWrite
 from rafka.cluster.offsets_records import group_key, group_value, offset_key, offset_value
 from rafka.cluster.settings import group_config, setting
 from rafka.errors import GroupIdNotFound, InvalidGroupId, RafkaError
@@ -132,9 +133,9 @@ class GroupCoordinator:
             future = self._waiting.pop((group.group_id, member_id, kind), None)
             if future is not None and not future.done():
                 future.set_result(result)
-        if effects.persist:
+        if effects.writes:  # the record as it is now serves every write asked for
             asyncio.get_running_loop().create_task(
-                self._persist(group, group.generation, group.metadata_record())
+                self._persist(group, effects.writes, group.metadata_record())
             )
 
     def _count_rebalances(self, group: Group) -> None:
@@ -147,15 +148,20 @@ class GroupCoordinator:
             metrics.group_rebalanced(group.group_id, group.generation - since)
             self._counted_generations[group.group_id] = (group, group.generation)
 
-    async def _persist(self, group: Group, generation: int, record: dict[str, Any]) -> None:
+    async def _persist(
+        self, group: Group, writes: list[GroupWrite], record: dict[str, Any]
+    ) -> None:
+        """Write ``record`` and hand each of ``writes`` back to the group, done or failed."""
         try:
             await self.log.write([(group_key(group.group_id), group_value(record))])
         except RafkaError as e:
             self.logger.warning("group %s: storing generation %d failed: %s", group.group_id,
-                                generation, e)  # fmt: skip
-            self._apply(group, group.persist_failed(generation, e, _now_ms()))
+                                record["generation"], e)  # fmt: skip
+            for write in writes:
+                self._apply(group, group.persist_failed(write, e, _now_ms()))
             return
-        self._apply(group, group.persisted(generation, _now_ms()))
+        for write in writes:
+            self._apply(group, group.persisted(write, _now_ms()))
 
     async def _wait_for(self, group: Group, member_id: str, kind: str, effects: Effects):
         """Register the caller's wait, then apply ``effects`` (which may answer it at once)."""

@@ -24,7 +24,9 @@ of its process while it comes back within its session timeout.
 
 Here: states, joins and rebalances, syncs, heartbeats, leaving and timers. Offsets (which
 commits are accepted, expiry) are in ``group_offsets``, static members' takeovers in
-``group_static``, the metadata record and the description in ``group_record``.
+``group_static``, the choice of assignor in ``group_protocols``, the metadata record and the
+description in ``group_record``. A write of the record the group waits for is a
+``GroupWrite`` in ``Effects.writes``, handed back to ``persisted`` or ``persist_failed``.
 
 Not thread-safe: the actor calls it from one event loop, never awaiting in the middle of a
 call, so every call is atomic.
@@ -38,17 +40,21 @@ from typing import Any, Iterable
 
 from rafka.cluster import group_record
 from rafka.cluster.group_offsets import GroupOffsets
+from rafka.cluster.group_protocols import check_protocols, select_protocol
 from rafka.cluster.group_static import StaticMembership
 from rafka.cluster.group_types import (
     JOIN,
+    AssignmentWrite,
     NO_GENERATION,
     SYNC,
     CommittedOffset,
     Effects,
     GroupConfig,
     GroupState,
+    GroupWrite,
     JoinResult,
     Member,
+    StaticTakeoverWrite,
     SyncResult,
 )
 from rafka.errors import (
@@ -56,7 +62,6 @@ from rafka.errors import (
     FencedInstanceId,
     GroupMaxSizeReached,
     IllegalGeneration,
-    InconsistentGroupProtocol,
     InvalidGroupId,
     InvalidSessionTimeout,
     NonEmptyGroup,
@@ -96,6 +101,7 @@ class Group(GroupOffsets, StaticMembership):
         self.leader_id: str | None = None
         self.members: dict[str, Member] = {}
         self.static_members: dict[str, str] = {}  # group_instance_id -> member id
+        self._takeovers: dict[str, StaticTakeoverWrite] = {}  # see StaticMembership
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         self._rebalance_deadline_ms = 0
         self._initial_delay_until_ms = 0
@@ -193,30 +199,7 @@ class Group(GroupOffsets, StaticMembership):
             )
         if rebalance_timeout_ms < 1:
             raise InvalidSessionTimeout(f"rebalance timeout {rebalance_timeout_ms} ms must be > 0")
-        if not protocols or not protocol_type:
-            raise InconsistentGroupProtocol(
-                "a join must name a protocol type and at least one assignor"
-            )
-        if self.members:
-            if protocol_type != self.protocol_type:
-                raise InconsistentGroupProtocol(
-                    f"group {self.group_id} uses protocol type {self.protocol_type!r}, not "
-                    f"{protocol_type!r}"
-                )
-            names = {str(n) for n, _ in protocols}
-            if not names & self._common_protocols():
-                raise InconsistentGroupProtocol(
-                    f"group {self.group_id}'s members use assignors "
-                    f"{sorted(self._common_protocols())}; this member offers {sorted(names)}. "
-                    "Give it a partition_assignment_strategy the others have too"
-                )
-
-    def _common_protocols(self) -> set[str]:
-        common: set[str] | None = None
-        for member in self.members.values():
-            names = set(member.protocol_names())
-            common = names if common is None else common & names
-        return common or set()
+        check_protocols(self.group_id, self.members, self.protocol_type, protocol_type, protocols)
 
     def _prepare_rebalance(self, now: int, reason: str) -> Effects:
         effects = Effects()
@@ -261,13 +244,14 @@ class Group(GroupOffsets, StaticMembership):
             log.info("group %s: %s did not rejoin in time", self.group_id, member.member_id)
             self._remove(member.member_id)
         self.generation += 1
+        self._takeovers.clear()  # their members are answered here, in the new generation
         if not self.members:
             self.protocol = self.leader_id = None
             self.protocol_type = None
             self._transition(GroupState.EMPTY, now)
-            effects.persist = True
+            effects.writes.append(AssignmentWrite(self.generation))
             return effects
-        self.protocol = self._select_protocol()
+        self.protocol = select_protocol(self.members, self.leader_id)
         if self.leader_id not in self.members:
             self.leader_id = next(iter(self.members))
         self._transition(GroupState.COMPLETING_REBALANCE, now)
@@ -283,18 +267,6 @@ class Group(GroupOffsets, StaticMembership):
             self.group_id, self.generation, len(self.members), self.leader_id, self.protocol,
         )  # fmt: skip
         return effects
-
-    def _select_protocol(self) -> str:
-        """The assignor every member supports that most members prefer (Kafka's vote); a
-        tie goes to the one the leader (or first member) prefers."""
-        common = self._common_protocols()
-        votes: dict[str, int] = {}
-        for member in self.members.values():
-            choice = next(n for n in member.protocol_names() if n in common)
-            votes[choice] = votes.get(choice, 0) + 1
-        first = self.members.get(self.leader_id) or next(iter(self.members.values()))
-        order = [n for n in first.protocol_names() if n in votes]
-        return max(order, key=lambda n: (votes[n], -order.index(n)))
 
     def _join_result(self, member_id: str) -> JoinResult:
         members = []
@@ -335,14 +307,18 @@ class Group(GroupOffsets, StaticMembership):
             for other in self.members.values():
                 other.assignment = bytes(assignments.get(other.member_id, b""))
                 self._learn_partitions(other)
-            effects.persist = True  # then persisted() moves to Stable and answers
+            # once written, persisted() moves the group to Stable and answers the syncs
+            effects.writes.append(AssignmentWrite(self.generation))
         return effects
 
-    def persisted(self, generation: int, now: int) -> Effects:
-        """The metadata record of ``generation`` is durable: a group waiting for it becomes
-        Stable and every waiting sync gets its assignment."""
+    def persisted(self, write: GroupWrite, now: int) -> Effects:
+        """The record ``write`` asked for is durable. The assignment of the current
+        generation: a group waiting for it becomes Stable and every waiting sync gets its
+        assignment. A static member's takeover: its join is answered."""
+        if isinstance(write, StaticTakeoverWrite):
+            return self._takeover_written(write)
         effects = Effects()
-        if self.state != GroupState.COMPLETING_REBALANCE or generation != self.generation:
+        if self.state != GroupState.COMPLETING_REBALANCE or write.generation != self.generation:
             return effects
         self._transition(GroupState.STABLE, now)
         for member in self.members.values():
@@ -354,10 +330,13 @@ class Group(GroupOffsets, StaticMembership):
                 )
         return effects
 
-    def persist_failed(self, generation: int, error: RafkaError, now: int) -> Effects:
-        """Writing the assignment of ``generation`` failed: the waiting syncs fail with a
-        retriable error and the group rebalances."""
-        if self.state != GroupState.COMPLETING_REBALANCE or generation != self.generation:
+    def persist_failed(self, write: GroupWrite, error: RafkaError, now: int) -> Effects:
+        """Writing the record ``write`` asked for failed. The assignment of the current
+        generation: the waiting syncs fail with a retriable error and the group rebalances.
+        A static member's takeover: undone (``StaticMembership``)."""
+        if isinstance(write, StaticTakeoverWrite):
+            return self._takeover_failed(write, error, now)
+        if self.state != GroupState.COMPLETING_REBALANCE or write.generation != self.generation:
             return Effects()
         effects = Effects()
         for member in self.members.values():
@@ -441,6 +420,9 @@ class Group(GroupOffsets, StaticMembership):
         member = self.members.pop(member_id)
         if member.group_instance_id is not None:
             self.static_members.pop(member.group_instance_id, None)
+            takeover = self._takeovers.get(member.group_instance_id)
+            if takeover is not None and takeover.member_id == member_id:
+                del self._takeovers[member.group_instance_id]  # nothing left to answer or undo
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
 

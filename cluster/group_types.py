@@ -65,18 +65,53 @@ class SyncResult(NamedTuple):
     error: RafkaError | None = None
 
 
+@dataclass(eq=False)
+class GroupWrite:
+    """A write of the group's metadata record that the group waits for. The actor writes
+    the record as it is once the effects carrying this write are applied, then hands the
+    write back: ``Group.persisted(write, now)`` when it is durable, else
+    ``Group.persist_failed(write, error, now)``. Compared by identity.
+
+    ``generation``: the group's generation when the write was asked for."""
+
+    generation: int
+
+
+@dataclass(eq=False)
+class AssignmentWrite(GroupWrite):
+    """The record of a new generation: its members and the leader's assignment (or, for a
+    group left empty, no members). Once durable, a group completing that rebalance
+    becomes Stable and answers the waiting syncs; if it fails, it rebalances again."""
+
+
+@dataclass(eq=False)
+class StaticTakeoverWrite(GroupWrite):
+    """The record naming ``member_id``, the new process of static member ``instance_id``,
+    in place of ``previous`` (the member the log holds for that instance). Once durable,
+    the new member's join is answered; if it fails, ``previous`` is put back."""
+
+    instance_id: str
+    member_id: str
+    previous: "Member"
+
+
 @dataclass
 class Effects:
     """What the actor must do after a call: deliver ``replies`` to waiting calls, keyed by
-    (member id, JOIN or SYNC); with ``persist``, write the group's metadata record and then
-    call ``persisted`` (or ``persist_failed``) with the generation written."""
+    (member id, JOIN or SYNC), and perform ``writes`` (see ``GroupWrite``): one write of
+    the group's record serves them all."""
 
     replies: dict[tuple[str, str], JoinResult | SyncResult] = field(default_factory=dict)
-    persist: bool = False
+    writes: list[GroupWrite] = field(default_factory=list)
+
+    @property
+    def persist(self) -> bool:
+        """Whether the group's record must be written."""
+        return bool(self.writes)
 
     def merge(self, other: "Effects") -> "Effects":
         self.replies.update(other.replies)
-        self.persist = self.persist or other.persist
+        self.writes.extend(other.writes)
         return self
 
 

@@ -8,6 +8,7 @@ from rafka.cluster.group import (
     JOIN,
     SYNC,
     CommittedOffset,
+    Effects,
     Group,
     GroupConfig,
     GroupState,
@@ -43,6 +44,14 @@ def join(group, member_id="", now=0, instance=None, protocols=None, client="c"):
     )  # fmt: skip
 
 
+def written(group, effects, now: int) -> Effects:
+    """The group's record was written for every write ``effects`` asked: what follows."""
+    after = Effects()
+    for write in effects.writes:
+        after.merge(group.persisted(write, now))
+    return after
+
+
 def stable_group(n: int, config=CONFIG) -> tuple[Group, list[str]]:
     """A group of ``n`` members in generation 1, each given partition i of topic t."""
     group = Group("g", config, 0)
@@ -55,7 +64,7 @@ def stable_group(n: int, config=CONFIG) -> tuple[Group, list[str]]:
     for m in ids:
         if m != group.leader_id:
             group.sync(m, None, group.generation, None, 1)
-    replies = group.persisted(group.generation, 1).replies
+    replies = written(group, effects, 1).replies
     assert {key[0] for key in replies} == set(ids)
     assert group.state == GroupState.STABLE
     return group, ids
@@ -155,13 +164,13 @@ def test_a_static_member_that_comes_back_keeps_its_assignment_without_a_rebalanc
     a = join(group, instance="i-a")[0]
     b = join(group, instance="i-b")[0]
     group.tick(DELAY)
-    group.sync(group.leader_id, None, 1, {a: encode_assignment([("t", 0)]),
-                                          b: encode_assignment([("t", 1)])}, 1)
-    group.persisted(1, 1)
+    effects = group.sync(group.leader_id, None, 1, {a: encode_assignment([("t", 0)]),
+                                                    b: encode_assignment([("t", 1)])}, 1)
+    written(group, effects, 1)
     new_b, effects = join(group, "", now=50, instance="i-b")
     assert new_b != b and group.state == GroupState.STABLE and group.generation == 1
-    result = effects.replies[(new_b, JOIN)]
-    assert result.generation == 1 and effects.persist
+    result = written(group, effects, 55).replies[(new_b, JOIN)]
+    assert result.generation == 1
     assert group.sync(new_b, "i-b", 1, None, 60).replies[(new_b, SYNC)].assignment == (
         encode_assignment([("t", 1)])
     )

@@ -15,7 +15,7 @@ from rafka.errors import (
     UnknownMemberId,
 )
 
-from .test_group import CONFIG, DELAY, REBALANCE, SESSION, join, offsets, stable_group
+from .test_group import CONFIG, DELAY, REBALANCE, SESSION, join, offsets, stable_group, written
 
 
 def cooperative(owned=(), generation=-1, topics=("t",)) -> list:
@@ -28,13 +28,12 @@ def cooperative_group() -> tuple[Group, str, str]:
     group = Group("g", CONFIG, 0)
     a = join(group, protocols=cooperative())[0]
     group.tick(DELAY)
-    group.sync(a, None, 1, {a: encode_assignment([("t", 0), ("t", 1)])}, 1)
-    group.persisted(1, 1)
+    written(group, group.sync(a, None, 1, {a: encode_assignment([("t", 0), ("t", 1)])}, 1), 1)
     b = join(group, now=10, protocols=cooperative(), client="b")[0]
     join(group, a, now=20, protocols=cooperative([("t", 0), ("t", 1)], 1))
     assert group.state == GroupState.COMPLETING_REBALANCE and group.generation == 2
-    group.sync(a, None, 2, {a: encode_assignment([("t", 0)]), b: encode_assignment([])}, 30)
-    group.persisted(2, 30)
+    assignments = {a: encode_assignment([("t", 0)]), b: encode_assignment([])}
+    written(group, group.sync(a, None, 2, assignments, 30), 30)
     assert group.state == GroupState.STABLE
     return group, a, b
 
@@ -82,8 +81,7 @@ def test_other_protocol_types_are_checked_by_member_and_generation_only():
     group = Group("g", CONFIG, 0)
     m = group.join("", None, "c", "h", "connect", [("x", b"opaque")], SESSION, REBALANCE, 0)[0]
     group.tick(DELAY)
-    group.sync(m, None, 1, {m: b"also opaque"}, 1)
-    group.persisted(1, 1)
+    written(group, group.sync(m, None, 1, {m: b"also opaque"}, 1), 1)
     group.check_commit(m, None, 1, offsets(0, 7))
     with pytest.raises(IllegalGeneration):
         group.check_commit(m, None, 0, offsets(0))
@@ -97,8 +95,7 @@ def test_commits_are_refused_during_the_sync_phase_from_strangers_fenced_or_stal
     group.tick(DELAY)
     with pytest.raises(RebalanceInProgress):
         group.check_commit(a, "i-a", 1, offsets(0))
-    group.sync(a, "i-a", 1, {a: encode_assignment([("t", 0)])}, 1)
-    group.persisted(1, 1)
+    written(group, group.sync(a, "i-a", 1, {a: encode_assignment([("t", 0)])}, 1), 1)
     group.check_commit(a, "i-a", 1, offsets(0))
     with pytest.raises(UnknownMemberId):
         group.check_commit("stranger", None, 1, offsets(0))
