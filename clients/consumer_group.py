@@ -38,14 +38,16 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from rafka.clients import leader_assignment
 from rafka.clients.assignors import EAGER, make_assignors, rebalance_protocol
-from rafka.clients.group_commits import MEMBER_GONE, RETRY_BACKOFF_S, CommitMixin
-from rafka.clients.group_heartbeat import (
+from rafka.clients.group_commits import (
     JOINING,
+    MEMBER_GONE,
+    RETRY_BACKOFF_S,
     STABLE,
     SYNCING,
     UNJOINED,
-    HeartbeatMixin,
+    CommitMixin,
 )
+from rafka.clients.group_heartbeat import HeartbeatMixin
 from rafka.clients.rebalance_listener import ConsumerRebalanceListener  # noqa: F401 (API)
 from rafka.cluster.consumer_protocol import PROTOCOL_TYPE, decode_assignment, encode_subscription
 from rafka.errors import (

@@ -28,6 +28,8 @@ from rafka.types import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
+#: The member's states (see rafka.clients.consumer_group).
+UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
 RETRY_BACKOFF_S = 0.1
 MEMBER_GONE = (UnknownMemberId, IllegalGeneration)
 
@@ -35,7 +37,7 @@ MEMBER_GONE = (UnknownMemberId, IllegalGeneration)
 class CommitMixin:
     """Needs from GroupMember: ``_lock``, ``member_id``, ``generation``, ``group_id``,
     ``group_instance_id``, ``standalone``, ``_gateway``, ``_call``, ``_send``, ``_get``,
-    ``_reset``, ``request_rejoin``, ``_clock`` and ``_sleep``."""
+    ``_reset``, ``state``, ``_rejoin_needed``, ``_clock`` and ``_sleep``."""
 
     def _commit_args(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple:
         """(member id, instance id, generation, payload, outside_group) of a commit now."""
@@ -64,10 +66,23 @@ class CommitMixin:
                 error = e
             if error is None:
                 return
-            if not error.retriable or self._clock() + backoff > deadline:
+            waits = error.retriable or self._completing_rebalance(error, args[2])
+            if not waits or self._clock() + backoff > deadline:
                 raise self._commit_error(error, args[0], args[2])
             self._sleep(backoff)
             backoff = min(backoff * 2, 1.0)
+
+    def _completing_rebalance(self, error: RafkaError, generation: int) -> bool:
+        """Whether ``error`` says the group is completing the rebalance of the member's own
+        generation (it synced, or is syncing): it becomes Stable without the application's
+        help (the heartbeat thread takes the sync answer), so the commit is tried again
+        rather than failed, as Kafka's RebalanceInProgressException would have the
+        application do after its next poll."""
+        with self._lock:
+            return (
+                isinstance(error, RebalanceInProgress) and self.state == SYNCING
+                and self.generation == generation
+            )  # fmt: skip
 
     def commit_async(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], callback: Callable | None
@@ -118,7 +133,9 @@ class CommitMixin:
                 "commit may be read twice"
             )
         if isinstance(error, RebalanceInProgress):
-            self.request_rejoin()
+            with self._lock:
+                if self.state == STABLE:  # a rebalance the member has not heard of yet
+                    self._rejoin_needed = True
         return error
 
     def committed(

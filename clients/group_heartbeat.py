@@ -22,12 +22,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from rafka.clients.group_commits import MEMBER_GONE
+from rafka.clients.group_commits import JOINING, MEMBER_GONE, UNJOINED
 from rafka.errors import FencedInstanceId, RafkaError, RebalanceInProgress
 
 log = logging.getLogger(__name__)
-
-UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
 
 
 class HeartbeatMixin:

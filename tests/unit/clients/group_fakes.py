@@ -13,7 +13,7 @@ import itertools
 from typing import Any, Callable
 
 from rafka.clients.consumer_groups_api import GroupConsumerMixin
-from rafka.cluster.group import JOIN, SYNC, CommittedOffset, Group, GroupConfig
+from rafka.cluster.group import JOIN, SYNC, CommittedOffset, Effects, Group, GroupConfig
 from rafka.errors import CoordinatorNotAvailable, GroupIdNotFound, RafkaError, RequestTimedOut
 from rafka.types import TopicPartition
 
@@ -188,10 +188,15 @@ def check_commit(group, member_id, instance_id, generation, committed, outside_g
 
 
 def persist_outcome(group: Group, effects, error: RafkaError | None, now: int):
-    """What the coordinator does once a group write ends: the state machine's follow-up."""
-    if error is None:
-        return group.persisted(group.generation, now)
-    return group.persist_failed(group.generation, error, now)
+    """What the coordinator does once a group write ends: the state machine's follow-up for
+    every write the effects asked for."""
+    out = Effects()
+    for write in effects.writes:
+        if error is None:
+            out.merge(group.persisted(write, now))
+        else:
+            out.merge(group.persist_failed(write, error, now))
+    return out
 
 
 class FakeGateway:
