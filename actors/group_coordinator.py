@@ -11,7 +11,11 @@ A thin shell over ``rafka.cluster.group.Group`` (the decisions): requests are ha
 group's state machine, whose ``Effects`` say which waiting calls to answer and when to write
 the group's record. Join and sync calls wait (asyncio futures) until the rebalance answers
 them; a timer loop expires sessions and ends rebalances. A commit is applied in memory only
-after its records are written, so a reply never claims more than the log holds.
+after its records are written, so a reply never claims more than the log holds. Every write
+is awaited, so other calls run meanwhile: the group tracks its commits in flight, so offset
+expiry and group deletion leave memory and the log agreeing whatever the interleaving
+(``rafka.cluster.group_offsets``), and a group being deleted stays in place, refusing joins
+and commits with a retriable error, until its deletion is written (or fails and it is back).
 
 Answers are ``(error, result)`` pairs with ``error`` None on success: expected refusals
 (a stale generation, a rebalance) cost no exception across Ray.
@@ -178,10 +182,12 @@ class GroupCoordinator:
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupId(f"group id must be a non-empty string, got {group_id!r}")
         group = self.groups.get(group_id)
-        if group is None or group.state == GroupState.DEAD:
-            if not create:
-                raise GroupIdNotFound(f"consumer group {group_id!r} does not exist")
+        if group is None and create:
             group = self.groups[group_id] = Group(group_id, self.config, _now_ms())
+        # A DEAD group is being deleted: it stays in place until its deletion is written
+        # (or revived if that fails), refusing joins and commits with a retriable error.
+        if group is None or (group.state == GroupState.DEAD and not create):
+            raise GroupIdNotFound(f"consumer group {group_id!r} does not exist")
         return group
 
     # -- the group protocol --------------------------------------------------------------------
@@ -261,14 +267,20 @@ class GroupCoordinator:
             group.check_commit(
                 member_id, group_instance_id, generation, committed, outside_group=outside_group
             )
+        except RafkaError as e:
+            return e
+        # In flight from here (no await before): expiry and deletion account for it.
+        commit_id = group.begin_commit(committed)
+        try:
             await self.log.write([
                 (offset_key(group_id, t, p), offset_value(c.offset, c.leader_epoch, c.metadata,
                                                           c.commit_ms))
                 for (t, p), c in committed.items()
             ])  # fmt: skip
         except RafkaError as e:
+            group.end_commit(commit_id, written=False)
             return e
-        group.commit(committed)
+        group.end_commit(commit_id, written=True)
         return None
 
     async def fetch_offsets(
@@ -312,13 +324,14 @@ class GroupCoordinator:
             group.mark_dead(_now_ms())
         except RafkaError as e:
             return e
-        tombstones = [(offset_key(group_id, t, p), None) for t, p in group.offsets]
+        # Commits still being written are queued before these tombstones, so they go too.
+        tombstones = [(offset_key(group_id, t, p), None) for t, p in group.offsets_to_delete()]
         try:
             await self.log.write(tombstones + [(group_key(group_id), None)])
         except RafkaError as e:
-            revived = Group(group_id, self.config, _now_ms())  # nothing was deleted
-            revived.offsets = group.offsets
-            self.groups[group_id] = revived
+            # Nothing was deleted. The dead group kept its place (joins and commits were
+            # refused meanwhile), so the same group, with commits that ended since, is back.
+            group.revive(_now_ms())
             return e
         if self.groups.get(group_id) is group:
             del self.groups[group_id]
@@ -335,9 +348,10 @@ class GroupCoordinator:
             except RafkaError as e:
                 self.logger.warning("expiring offsets of group %s failed: %s", group.group_id, e)
                 continue
-            group.delete_offsets(expired)
-            self.logger.info("group %s: %d offset(s) expired", group.group_id, len(expired))
-            if not group.offsets and not group.members and group.state == GroupState.EMPTY:
+            # Offsets committed again while the tombstones were written stay.
+            deleted = group.delete_expired_offsets(expired)
+            self.logger.info("group %s: %d offset(s) expired", group.group_id, len(deleted))
+            if group.is_forgettable and self.groups.get(group.group_id) is group:
                 group.mark_dead(now)
-                self.groups.pop(group.group_id, None)
+                del self.groups[group.group_id]
                 self._counted_generations.pop(group.group_id, None)

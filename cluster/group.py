@@ -14,7 +14,9 @@ States (Kafka's names), what each does and where it moves:
     CompletingRebalance  joined; waiting for the leader's        -> Stable, PreparingRebalance,
                          assignment (sync)                           Dead
     Stable               assignment handed out; heartbeats       -> PreparingRebalance, Dead
-    Dead                 deleted (or expired); never used again
+    Dead                 being deleted (or expired): refuses     -> Empty, if the deletion
+                         joins and commits; once the deletion       could not be written
+                         is written, never used again
 
 Invariants: ``generation`` grows by one with every completed join; a member's heartbeat,
 sync or commit names the generation it joined, and an older one is refused; every
@@ -79,7 +81,7 @@ _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     ),
     GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
-    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE, GroupState.DEAD}),
     GroupState.DEAD: frozenset(set(GroupState)),
 }
 
@@ -103,6 +105,8 @@ class Group(GroupOffsets, StaticMembership):
         self.static_members: dict[str, str] = {}  # group_instance_id -> member id
         self._takeovers: dict[str, StaticTakeoverWrite] = {}  # see StaticMembership
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
+        self._commits_in_flight: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
+        self._commit_ids = 0  # see GroupOffsets
         self._rebalance_deadline_ms = 0
         self._initial_delay_until_ms = 0
         self._sync_deadline_ms = 0
@@ -429,12 +433,19 @@ class Group(GroupOffsets, StaticMembership):
     # -- offsets -------------------------------------------------------------------------------
 
     def mark_dead(self, now: int) -> None:
+        """The group is being deleted (or forgotten): it refuses joins and commits with
+        CoordinatorNotAvailable, a retriable error, until it is gone or revived."""
         if self.members:
             raise NonEmptyGroup(
                 f"group {self.group_id} is {self.state.value} with {len(self.members)} "
                 "member(s); stop its consumers before deleting it"
             )
         self._transition(GroupState.DEAD, now)
+
+    def revive(self, now: int) -> None:
+        """Writing the group's deletion failed, so nothing was deleted: the same group is
+        Empty again, with its offsets and the commits still being written."""
+        self._transition(GroupState.EMPTY, now)
 
     # -- checks --------------------------------------------------------------------------------
 

@@ -1,15 +1,17 @@
-"""A consumer group's offsets: which commits it accepts, what it holds, what has expired.
+"""A consumer group's offsets: which commits it accepts, what it holds, which commits are
+being written, what has expired and what a deletion removes.
 
 ``GroupOffsets`` is mixed into ``rafka.cluster.group.Group``. ``offsets`` maps (topic,
 partition) to the ``CommittedOffset`` the coordinator wrote to ``__consumer_offsets`` and
 had acknowledged; nothing is added before its write succeeded, so memory never claims more
-than the log holds. No I/O, no clock: times are passed in (ms).
+than the log holds. Commits in flight (accepted, being written) are tracked until their
+write ends. No I/O, no clock: times are passed in (ms).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from rafka.cluster.consumer_protocol import (
     PROTOCOL_TYPE,
@@ -39,7 +41,8 @@ class GroupOffsets:
     """The offsets half of ``Group``. It reads the group's membership (``state``,
     ``members``, ``generation``, ``protocol_type``, ``protocol``, ``config``,
     ``state_changed_ms``) and its checks ``_member`` and ``_check_generation``; it changes
-    ``offsets`` and the partitions members may commit."""
+    ``offsets``, the commits in flight (``_commits_in_flight``: commit id -> offsets, ids
+    from ``_commit_ids``) and the partitions members may commit."""
 
     group_id: str
     config: "GroupConfig"
@@ -50,6 +53,8 @@ class GroupOffsets:
     protocol: str | None
     members: dict[str, "Member"]
     offsets: dict[TopicPartition, CommittedOffset]
+    _commits_in_flight: dict[int, dict[TopicPartition, CommittedOffset]]
+    _commit_ids: int
 
     if TYPE_CHECKING:
 
@@ -156,21 +161,69 @@ class GroupOffsets:
                     f"limit is offset.metadata.max.bytes={limit}"
                 )
 
+    # -- commits in flight, expiry, deletion ---------------------------------------------------
+    #
+    # The coordinator writes to __consumer_offsets in order (FIFO) and awaits each write, so
+    # other calls run between a decision and its write's end. Memory and the log agree after
+    # every interleaving because: a commit is applied only after its records are written;
+    # expiry never decides on a partition with a commit in flight and, once its tombstones
+    # are written, deletes only offsets still as it decided (a commit applied meanwhile was
+    # written after the tombstones, so it is the log's last word); a deletion tombstones the
+    # partitions of commits in flight too (their records are queued before the tombstones).
+
+    def begin_commit(self, offsets: dict[TopicPartition, CommittedOffset]) -> int:
+        """A commit ``check_commit`` accepted is being written: returns its id for
+        ``end_commit``. Call it with no await after the check."""
+        self._commit_ids += 1
+        self._commits_in_flight[self._commit_ids] = dict(offsets)
+        return self._commit_ids
+
+    def end_commit(self, commit_id: int, written: bool) -> None:
+        """The write of commit ``commit_id`` ended: applied to memory if ``written``."""
+        offsets = self._commits_in_flight.pop(commit_id)
+        if written:
+            self.offsets.update(offsets)
+
     def commit(self, offsets: dict[TopicPartition, CommittedOffset]) -> None:
-        """Apply offsets that ``check_commit`` accepted and the coordinator wrote."""
+        """Apply offsets already written, with no commit in flight to track (a reload)."""
         self.offsets.update(offsets)
 
-    def expired_offsets(self, now: int) -> list[TopicPartition]:
-        """Offsets to delete: those of a group empty for longer than offsets retention,
-        counted from the later of the last commit and the group becoming empty (KIP-211)."""
-        if self.state != GroupState.EMPTY:
-            return []
-        retention = self.config.offsets_retention_ms
-        return [
-            tp for tp, c in self.offsets.items()
-            if max(c.commit_ms, self.state_changed_ms) + retention < now
-        ]  # fmt: skip
+    def _partitions_in_flight(self) -> set[TopicPartition]:
+        return {tp for offsets in self._commits_in_flight.values() for tp in offsets}
 
-    def delete_offsets(self, partitions: Iterable[TopicPartition]) -> None:
-        for tp in partitions:
-            self.offsets.pop(tp, None)
+    def expired_offsets(self, now: int) -> dict[TopicPartition, CommittedOffset]:
+        """Offsets to delete, as they are now: those of a group empty for longer than
+        offsets retention (ms), counted from the later of their commit and the group
+        becoming empty (KIP-211), except partitions with a commit being written."""
+        if self.state != GroupState.EMPTY:
+            return {}
+        retention = self.config.offsets_retention_ms
+        busy = self._partitions_in_flight()
+        return {
+            tp: c for tp, c in self.offsets.items()
+            if tp not in busy and max(c.commit_ms, self.state_changed_ms) + retention < now
+        }  # fmt: skip
+
+    def delete_expired_offsets(
+        self, expired: dict[TopicPartition, CommittedOffset]
+    ) -> list[TopicPartition]:
+        """The tombstones of ``expired`` (from ``expired_offsets``) are written: delete
+        those offsets still unchanged; returns the partitions deleted."""
+        deleted = [tp for tp, c in expired.items() if self.offsets.get(tp) == c]
+        for tp in deleted:
+            del self.offsets[tp]
+        return deleted
+
+    def offsets_to_delete(self) -> set[TopicPartition]:
+        """The partitions a deletion of the group tombstones: every committed one, and
+        those of commits being written."""
+        return set(self.offsets) | self._partitions_in_flight()
+
+    @property
+    def is_forgettable(self) -> bool:
+        """Whether the coordinator may drop the group from memory: Empty, with no offsets
+        and no commit being written (its log holds nothing it must remember)."""
+        return (
+            self.state == GroupState.EMPTY and not self.members and not self.offsets
+            and not self._commits_in_flight
+        )  # fmt: skip

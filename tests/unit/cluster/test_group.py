@@ -264,8 +264,8 @@ def test_offsets_of_a_group_empty_past_retention_expire():
     """Offsets of an empty group expire retention after it emptied or was last committed."""
     group = Group("g", GroupConfig(offsets_retention_ms=1_000), 0)
     group.commit({("t", 0): CommittedOffset(5, 0, "", 500)})
-    assert group.expired_offsets(1_400) == []
-    assert group.expired_offsets(1_600) == [("t", 0)]
+    assert group.expired_offsets(1_400) == {}
+    assert group.expired_offsets(1_600) == {("t", 0): CommittedOffset(5, 0, "", 500)}
 
 
 def test_deleting_a_group_with_members_is_refused():

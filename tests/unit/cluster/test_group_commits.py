@@ -10,7 +10,6 @@ from rafka.errors import (
     CommitFailed,
     FencedInstanceId,
     IllegalGeneration,
-    NonEmptyGroup,
     RebalanceInProgress,
     UnknownMemberId,
 )
