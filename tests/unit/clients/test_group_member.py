@@ -422,3 +422,69 @@ def test_a_fenced_static_member_raises_once_and_does_not_rejoin():
     calls = len(world.coordinator.calls)
     a.poll()
     assert not [m for m, _ in world.coordinator.calls[calls:] if m == "join_group"]
+
+
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
+def test_an_auto_commit_that_learns_the_member_was_removed_revokes_as_lost_before_joining(
+    strategy,
+):
+    """Kafka's onJoinPrepare commits first (auto-commit); when that commit shows the member
+    is out of the group, what it holds is reported lost (not revoked, even by an eager
+    member) and the join claims nothing."""
+    world = World(auto_commit=True, strategy=strategy)
+    a = world.add()
+    world.settle()
+    world.add()
+    world.settle()
+    held = a.assignment_set()
+    a.read(3)
+    expel(world, a)
+    a.member.request_rejoin()  # as a heartbeat's RebalanceInProgress would
+    events = len(a.listener.events)
+    a.poll()
+    assert a.listener.events[events] == ("lost", held)
+    join = [args for m, args in world.coordinator.calls if m == "join_group"][-1]
+    from rafka.cluster.consumer_protocol import decode_subscription
+
+    assert decode_subscription(join[6][0][1]).owned_partitions == ()
+    world.settle()
+    assert world.owned() == tps(0, 1, 2, 3)
+
+
+def test_a_member_whose_revoke_commit_shows_it_was_removed_takes_no_new_assignment():
+    """The assignment is applied in the polling thread; if the commit in
+    on_partitions_revoked learns the member is out of the group, the member does not become
+    STABLE in the dead generation and reports what it still holds as lost."""
+    world = World()
+    a = world.add()
+    world.settle()
+    b = world.add()
+    world.coordinator.held = {"sync_group"}
+    for _ in range(3):
+        world.step(polling=[b])  # a hears of the rebalance by heartbeat only
+    a.poll()  # a rejoins; the group forms the new generation
+    world.step(polling=[b])
+    world.coordinator.held = set()
+    world.coordinator.release()
+    a.member.heartbeat_once()  # a's sync answer is taken, to be applied at its next poll
+    assert a.member._synced is not None
+    expel(world, a)
+    failures = []
+
+    def commit(revoked):
+        try:
+            a.commit({tp: 1 for tp in revoked})
+        except CommitFailed as e:
+            failures.append(e)
+
+    a.listener.on_revoked = commit
+    events = len(a.listener.events)
+    a.poll()
+    assert failures and a.member.state != STABLE
+    after = [kind for kind, _ in a.listener.events[events:]]
+    assert after[0] == "revoked" and "assigned" not in after, after
+    assert after[-1] == "lost" or not a.assignment_set()
+    a.listener.on_revoked = None
+    world.settle()
+    assert world.owned() == tps(0, 1, 2, 3)
+    del b
