@@ -52,10 +52,11 @@ from rafka.clients.rebalance_listener import ConsumerRebalanceListener  # noqa: 
 from rafka.cluster.consumer_protocol import PROTOCOL_TYPE, decode_assignment, encode_subscription
 from rafka.errors import (
     FencedInstanceId,
+    IllegalGeneration,
+    IllegalState,
     RafkaError,
     RebalanceInProgress,
     RequestTimedOut,
-    UnknownMemberId,
 )
 from rafka.types import TopicPartition
 
@@ -129,6 +130,8 @@ class GroupMember(HeartbeatMixin, CommitMixin):
         self._rejoin_needed = True
         self._lost = False  # removed from the group: owned partitions are lost, not revoked
         self._fatal: BaseException | None = None
+        self._fenced_by: FencedInstanceId | None = None  # raised by every poll once set
+        self._in_poll = False
         self._pending: _Pending | None = None
         self._synced: tuple[int, Any] | None = None  # (generation, SyncResult) to apply
         self._retry_at = 0.0
@@ -173,35 +176,68 @@ class GroupMember(HeartbeatMixin, CommitMixin):
     def poll(self) -> None:
         """Advance the membership as far as it goes without waiting: send a join when one
         is due, handle answers that have arrived, apply an assignment. Raises a fatal error
-        (FencedInstanceId, InconsistentGroupProtocol, a listener's or assignor's error)
-        once, after the state change it interrupted is finished."""
+        (InconsistentGroupProtocol, a listener's or assignor's error) once, after the state
+        change it interrupted is finished; FencedInstanceId on every poll once fenced."""
+        if self._in_poll:
+            raise IllegalState(
+                "poll() was called from a rebalance listener of the same consumer; a "
+                "listener may commit, seek or read positions, but not poll"
+            )
         self._last_poll = self._clock()
         self._start_heartbeats()
         self._finish_async_commits()
         self._raise_fatal()
         self._maybe_check_metadata()
-        with self._advancing:
-            for _ in range(6):  # join -> sync -> apply (-> rejoin after a cooperative revoke)
-                self._advance()
-                self._raise_fatal()
-                with self._lock:
-                    synced, self._synced = self._synced, None
-                    due = (
-                        self._pending is None and self._rejoin_needed
-                        and self._clock() >= self._retry_at
-                    )  # fmt: skip
-                if synced is not None:
-                    self._apply_assignment(*synced)
-                elif due:
-                    self._start_join()
-                else:
-                    return
+        self._in_poll = True
+        try:
+            with self._advancing:
+                self._poll_rebalance()
+        finally:
+            self._in_poll = False
+
+    def _poll_rebalance(self) -> None:
+        self._revoke_if_lost()
+        for _ in range(6):  # join -> sync -> apply (-> rejoin after a cooperative revoke)
+            self._advance()
+            self._raise_fatal()
+            with self._lock:
+                synced, self._synced = self._synced, None
+                due = (
+                    self._pending is None and self._rejoin_needed
+                    and self._clock() >= self._retry_at
+                )  # fmt: skip
+            if synced is not None:
+                self._apply_assignment(*synced)
+            elif due:
+                self._start_join()
+            else:
+                return
 
     def _raise_fatal(self) -> None:
         with self._lock:
             error, self._fatal = self._fatal, None
+            fenced = self._fenced_by
+        if fenced is not None:
+            if self._take_lost():
+                owned = self._host.owned()
+                if owned:
+                    self._host.revoke(owned, lost=True)
+            raise fenced
         if error is not None:
             raise error
+
+    def _revoke_if_lost(self) -> None:
+        """A member told it is out of the group gives its partitions up at once, as lost,
+        not only when its next join is due (after a backoff)."""
+        with self._lock:
+            lost = self._lost
+        if lost and self._host.owned():
+            errors: list[BaseException] = []
+            with self._lock:
+                self._lost = False
+            self._listen(errors, self._host.revoke, self._host.owned(), True)
+            if errors:
+                raise errors[0]
 
     @property
     def stable(self) -> bool:
@@ -290,15 +326,18 @@ class GroupMember(HeartbeatMixin, CommitMixin):
             if give_up:
                 self._listen(errors, self._host.revoke, give_up, False)
             lost = self._take_lost()  # a commit in the listener may have learned it
-        with self._lock:
-            out_of_group = lost or self.generation < 0
-        owned = self._host.owned()
-        if out_of_group and owned:  # never claim what may belong to another member now
-            self._listen(errors, self._host.revoke, owned, True)
-            self._take_lost()
+        while True:  # decide with the membership the join carries, read in one step
             owned = self._host.owned()
-        with self._lock:
-            member_id, generation = self.member_id, self.generation
+            with self._lock:
+                member_id, generation = self.member_id, self.generation
+                out_of_group = lost or self._lost or generation < 0
+                self._lost = False
+            if not (out_of_group and owned):
+                break
+            # Never claim what may belong to another member now: report it lost, then look
+            # again (the heartbeat thread may have reset the membership meanwhile).
+            self._listen(errors, self._host.revoke, owned, True)
+            lost = False
         topics = sorted(self._host.subscribed_topics())
         data = encode_subscription(topics, owned, generation if owned else -1)
         protocols = [(a.name, data) for a in self.assignors]
@@ -371,6 +410,9 @@ class GroupMember(HeartbeatMixin, CommitMixin):
     def _apply_assignment(self, generation: int, result) -> None:
         """In the polling thread: give up what the assignment takes away (cooperative: then
         rejoin, so it can move), become STABLE, take the new partitions."""
+        with self._lock:
+            if self._lost or self.generation != generation:
+                return  # out of the group since the answer: the next join reports it lost
         assigned = {TopicPartition(t, p) for t, p in decode_assignment(result.assignment)[0]}
         owned = self._host.owned()
         revoked = owned - assigned
@@ -400,17 +442,28 @@ class GroupMember(HeartbeatMixin, CommitMixin):
             error.retriable or isinstance(error, (RebalanceInProgress, *MEMBER_GONE))
         ):
             log.warning("group %s: %s refused: %s", self.group_id, during, error)
+            if isinstance(error, FencedInstanceId):
+                self._fenced(error)
+                return
             self._rejoin_later()
             with self._lock:
                 self._fatal = error
-                if isinstance(error, FencedInstanceId):  # another process is this member now
-                    self._rejoin_needed = False
             return
         if isinstance(error, MEMBER_GONE):
             self._reset(error, during, pending=pending)
         else:
             log.info("group %s: %s: %s; rejoining", self.group_id, during, error)
         self._rejoin_later()
+
+    def _fenced(self, error: FencedInstanceId) -> None:
+        """Another process joined as this static member: this one is out for good. Every
+        later poll raises the error and hands back what it holds as lost (Kafka's fenced
+        consumer keeps failing too), so it reads no partition the new process owns."""
+        with self._lock:
+            self._forget_membership(member_id_too=True)
+            self._rejoin_needed = False
+            self._lost = True
+            self._fenced_by = error
 
     def _send_failed(self, error: RafkaError) -> None:
         log.info("group %s: coordinator unavailable (%s); retrying", self.group_id, error)
@@ -435,7 +488,7 @@ class GroupMember(HeartbeatMixin, CommitMixin):
                 return
             log.warning("group %s: member %s is out of the group (%s refused: %s)",
                         self.group_id, self.member_id, during, error)  # fmt: skip
-            self._forget_membership(member_id_too=isinstance(error, UnknownMemberId))
+            self._forget_membership(member_id_too=not isinstance(error, IllegalGeneration))
             self._lost = True
 
     def _forget_membership(self, member_id_too: bool) -> None:
@@ -473,10 +526,19 @@ class GroupMember(HeartbeatMixin, CommitMixin):
 
     def leave(self) -> None:
         """Leave the group (a dynamic member; a static one just goes silent, so it can come
-        back to the same assignment within its session timeout)."""
+        back to the same assignment within its session timeout). A join answered but not yet
+        taken names the member id to leave with."""
         with self._lock:
-            member_id = self.member_id
+            member_id, pending = self.member_id, self._pending
             self._forget_membership(member_id_too=True)
+        if pending is not None and pending.kind == JOIN:
+            ready, _ = self._gateway.wait([pending.ref], 1, timeout_s=0)
+            if ready:
+                try:
+                    error, result = self._get(pending.ref)
+                    member_id = result.member_id if error is None else member_id
+                except RafkaError:
+                    pass
         if member_id and self.group_instance_id is None:
             try:
                 self._call("leave_group", [(member_id, None)], timeout_s=5.0)
@@ -484,13 +546,19 @@ class GroupMember(HeartbeatMixin, CommitMixin):
                 log.info("group %s: leaving failed: %s", self.group_id, e)
 
     def close(self, timeout_s: float = 5.0) -> None:
+        """Finish async commits, stop the heartbeat thread (so it cannot take a join answer
+        after the leave and keep a member nothing runs), then leave."""
         try:
             self._finish_async_commits(wait_s=timeout_s)
         except RequestTimedOut:
             pass
-        self.leave()
         self._closed = True
         self._wake.set()
+        heartbeats = self._heartbeats
+        if heartbeats is not None and heartbeats is not threading.current_thread():
+            heartbeats.join(timeout_s)
+        with self._advancing:
+            self.leave()
 
 
 def matching_topics(pattern: re.Pattern, topics: Iterable[str]) -> set[str]:

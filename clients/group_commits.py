@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from rafka.errors import (
     CommitFailed,
+    GroupIdNotFound,
     IllegalGeneration,
     RafkaError,
     RebalanceInProgress,
@@ -31,7 +32,9 @@ log = logging.getLogger(__name__)
 #: The member's states (see rafka.clients.consumer_group).
 UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
 RETRY_BACKOFF_S = 0.1
-MEMBER_GONE = (UnknownMemberId, IllegalGeneration)
+#: Answers that mean the group no longer knows this membership: the member starts over. A
+#: group a coordinator lost (its first record never written before a restart) is one too.
+MEMBER_GONE = (UnknownMemberId, IllegalGeneration, GroupIdNotFound)
 
 
 class CommitMixin:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from rafka.clients.group_commits import JOINING, MEMBER_GONE, UNJOINED
+from rafka.clients.group_commits import JOINING, MEMBER_GONE, STABLE, UNJOINED
 from rafka.errors import FencedInstanceId, RafkaError, RebalanceInProgress
 
 log = logging.getLogger(__name__)
@@ -72,13 +72,12 @@ class HeartbeatMixin:
             if self.generation != generation or self.member_id != member_id:
                 return  # a newer join overtook this heartbeat
             if isinstance(error, RebalanceInProgress):
-                self._rejoin_needed = True
+                if self.state == STABLE:  # else the member is rejoining already (Kafka too)
+                    self._rejoin_needed = True
                 return
-            if isinstance(error, FencedInstanceId):
-                self._fatal = error
-                self.state = UNJOINED
-                self._rejoin_needed = False
-                return
+        if isinstance(error, FencedInstanceId):
+            self._fenced(error)
+            return
         if isinstance(error, MEMBER_GONE):
             self._reset(error, "heartbeat", member_id, generation)
         else:

@@ -75,8 +75,8 @@ class GroupOffsets:
         From a member (``outside_group`` False): a current member of the current generation,
         outside the sync phase (Kafka checks no more). A "consumer" member may commit the
         partitions assigned to it in this generation and those it declared owned in the
-        join that formed it: a cooperative member commits what it gives up in
-        on_partitions_revoked. A member without a member id or a generation is refused,
+        join that formed it, unless another member was assigned them: a cooperative member
+        commits what it gives up in on_partitions_revoked. A member without a member id or a generation is refused,
         even by an empty group: it was expelled and must rejoin before it commits.
 
         From outside the group (``outside_group``: an admin reset, or a consumer using
@@ -105,7 +105,14 @@ class GroupOffsets:
             )
         self._check_generation(generation, member_id)
         if member.owned_partitions is not None and member.assigned_partitions is not None:
-            foreign = sorted(set(offsets) - member.owned_partitions - member.assigned_partitions)
+            # What it declared owned but another member was given is not its own any more
+            # (a stale claim), even in the generation of the claim.
+            given_away = set().union(*(
+                m.assigned_partitions for m in self.members.values()
+                if m is not member and m.assigned_partitions
+            ))  # fmt: skip
+            allowed = member.assigned_partitions | (member.owned_partitions - given_away)
+            foreign = sorted(set(offsets) - allowed)
             if foreign:
                 names = ", ".join(f"{t}-{p}" for t, p in foreign)
                 raise CommitFailed(

@@ -410,17 +410,24 @@ def test_a_member_that_stops_polling_leaves_and_reports_its_partitions_lost():
     assert a.listener.events[-1] == ("lost", tps(0, 1, 2, 3))
 
 
-def test_a_fenced_static_member_raises_once_and_does_not_rejoin():
+def test_a_fenced_static_member_raises_on_every_poll_gives_up_its_partitions_and_stays_out():
+    """Another process took the static member's place: the old one reports what it holds
+    as lost, raises FencedInstanceId on every poll (an application that catches it cannot
+    go on reading partitions the new process owns) and never rejoins."""
     world = World()
     a = world.add(instance="i-1")
     world.settle()
+    held = a.assignment_set()
     b = world.add(instance="i-1")  # the same instance id: a new process takes over
     world.step(polling=[b])
     with pytest.raises(FencedInstanceId):
         for _ in range(5):
             world.step(polling=[a])
+    assert not a.assignment_set() and ("lost", held) in a.listener.events
     calls = len(world.coordinator.calls)
-    a.poll()
+    for _ in range(3):
+        with pytest.raises(FencedInstanceId):
+            a.poll()
     assert not [m for m, _ in world.coordinator.calls[calls:] if m == "join_group"]
 
 
@@ -488,3 +495,109 @@ def test_a_member_whose_revoke_commit_shows_it_was_removed_takes_no_new_assignme
     world.settle()
     assert world.owned() == tps(0, 1, 2, 3)
     del b
+
+
+def test_a_reset_between_the_join_decision_and_the_join_never_claims_partitions():
+    """The heartbeat thread resets the membership while the polling thread prepares its
+    join: the join claims nothing (its partitions are reported lost), so no commit of the
+    stale member can rewind the new owner's progress."""
+    world = World()
+    a = world.add()
+    b = world.add()
+    world.settle()
+    for _ in range(30):  # a's process stalls: its session expires, b takes everything
+        world.clock.now += 0.1
+        b.poll()
+        b.member.heartbeat_once()
+        world.coordinator.tick()
+    b.read(100)
+    b.commit()
+    reads = {"n": 0}
+    owned = a.owned
+
+    def owned_then_reset():
+        reads["n"] += 1
+        if reads["n"] == 3:  # inside _start_join, after its first look at the membership
+            a.member.heartbeat_once()  # UnknownMemberId: the membership is reset
+        return owned()
+
+    a.owned = owned_then_reset
+    a.member.request_rejoin()
+    a.poll()
+    a.owned = owned
+    from rafka.cluster.consumer_protocol import decode_subscription
+
+    join = [args for m, args in world.coordinator.calls if m == "join_group"][-1]
+    assert decode_subscription(join[6][0][1]).owned_partitions == ()
+    assert not a.assignment_set()
+    a.listener.on_revoked = lambda revoked: a.commit({tp: 7 for tp in revoked})
+    world.settle()
+    offsets = world.coordinator.groups["g"].offsets
+    assert all(c.offset >= 100 for c in offsets.values()), offsets
+
+
+def test_a_member_told_it_is_out_gives_its_partitions_up_at_once_even_during_a_backoff():
+    world = World()
+    a = world.add()
+    world.add()
+    world.settle()
+    a.member._retry_at = world.clock.now + 10  # a rejoin backoff is running
+    expel(world, a)
+    a.member.heartbeat_once()  # learns it is out
+    held = a.assignment_set()
+    a.poll()
+    assert not a.assignment_set() and a.listener.events[-1] == ("lost", held)
+
+
+def test_a_late_rebalance_answer_to_a_heartbeat_does_not_cause_another_rebalance():
+    """A heartbeat's RebalanceInProgress handled after the member already rejoined asks for
+    no second rejoin (Kafka asks only in STABLE)."""
+    world = World()
+    a = world.add()
+    world.settle()
+    start = world.coordinator.groups["g"].generation
+    world.coordinator.held = {"heartbeat"}
+    a.member._wake.set()
+    import threading
+
+    hb = threading.Thread(target=a.member.heartbeat_once)
+    hb.start()  # its heartbeat waits at the coordinator
+    world.add().poll()  # a new member: the group prepares a rebalance
+    a.member.request_rejoin()
+    a.poll()  # a rejoins before hearing the heartbeat's answer
+    world.coordinator.release("heartbeat")
+    world.coordinator.held = set()
+    hb.join(5)
+    for _ in range(40):
+        world.step()
+    assert world.coordinator.groups["g"].generation - start <= 2  # join + cooperative follow-up
+    assert a.member.stable
+
+
+def test_close_stops_the_heartbeat_thread_before_leaving_so_no_member_is_left_behind():
+    world = World()
+    a = world.add()
+    world.coordinator.held = {"join_group"}
+    a.poll()  # the join waits at the coordinator
+    world.coordinator.held = set()
+    world.coordinator.release("join_group")  # answered; nobody has taken the answer yet
+    a.close()
+    group = world.coordinator.groups["g"]
+    world.step(polling=[])
+    assert not group.members or a.member is None
+
+
+def test_poll_from_a_rebalance_listener_is_refused_rather_than_deadlocking():
+    world = World()
+    a = world.add()
+    errors = []
+
+    def nested(assigned):
+        try:
+            a.member.poll()
+        except IllegalState as e:
+            errors.append(e)
+
+    a.listener.on_assigned = nested
+    world.settle()
+    assert errors and "listener" in str(errors[0])
