@@ -165,8 +165,10 @@ class GroupConsumerMixin:
         if self._member is not None:
             owned = self.owned()
             if owned:
-                self.commit_consumed()
-                self.revoke(owned, lost=False)
+                lost = not self._member.in_generation()
+                if not lost:
+                    self.commit_consumed()
+                self.revoke(owned, lost=lost)
             self._member.close()
             self._member = None
         self._subscription = []
@@ -342,11 +344,16 @@ class GroupConsumerMixin:
         if self._member is not None:
             owned = self.owned()
             if owned:
-                self.commit_consumed()
+                lost = not self._member.in_generation()
+                if not lost:
+                    self.commit_consumed()
                 try:
-                    self._listener.on_partitions_revoked(owned)
+                    if lost:  # out of the group: they may be another member's now (Kafka's
+                        self._listener.on_partitions_lost(owned)  # onLeavePrepare)
+                    else:
+                        self._listener.on_partitions_revoked(owned)
                 except Exception:  # closing goes on; the error is the listener's
-                    log.exception("group %s: on_partitions_revoked failed", self.group_id)
+                    log.exception("group %s: the rebalance listener failed", self.group_id)
             self._member.close()
         elif self.enable_auto_commit and self._consumed():
             try:

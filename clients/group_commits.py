@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
+from rafka.clients.group_rebalance import STABLE, SYNCING
 from rafka.errors import (
     CommitFailed,
     GroupIdNotFound,
@@ -29,8 +30,6 @@ from rafka.types import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
-#: The member's states (see rafka.clients.consumer_group).
-UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
 RETRY_BACKOFF_S = 0.1
 #: Answers that mean the group no longer knows this membership: the member starts over. A
 #: group a coordinator lost (its first record never written before a restart) is one too.

@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from rafka.clients.group_commits import JOINING, MEMBER_GONE, STABLE, UNJOINED
+from rafka.clients.group_commits import MEMBER_GONE
+from rafka.clients.group_rebalance import JOINING, STABLE, UNJOINED
 from rafka.errors import FencedInstanceId, RafkaError, RebalanceInProgress
 
 log = logging.getLogger(__name__)

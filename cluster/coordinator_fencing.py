@@ -61,6 +61,7 @@ from typing import Callable, NamedTuple
 
 from rafka.errors import CoordinatorLoadInProgress, NotCoordinator, RafkaError
 from rafka.storage import record_batch as rb
+from rafka.storage.producer_state import INTERNAL_PRODUCER_IDS_FROM
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,9 @@ log = logging.getLogger(__name__)
 #: these never collide with a client's. They are fixed per shard, so every incarnation of a
 #: shard is the same producer to the replica, which is what lets a later one fence an
 #: earlier one.
-COORDINATOR_PRODUCER_ID_BASE = 1 << 62
+#: The replica never expires these ids (``storage.producer_state``), so a write delayed
+#: past producer.id.expiration.ms is still refused.
+COORDINATOR_PRODUCER_ID_BASE = INTERNAL_PRODUCER_IDS_FROM
 #: The largest producer epoch: the batch header's epoch field is an int16.
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
 

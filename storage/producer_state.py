@@ -33,6 +33,10 @@ from rafka.storage.checkpoint import write_atomically
 log = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = ".snapshot"
+#: Producer ids from here up are the cluster's own writers (the group coordinators, see
+#: rafka.cluster.coordinator_fencing). Their fencing rests on the log remembering their
+#: epoch, so they never expire; there are as many as coordinator shards.
+INTERNAL_PRODUCER_IDS_FROM = 1 << 62
 BATCHES_KEPT = 5
 _CRC = struct.Struct(">I")
 
@@ -141,9 +145,11 @@ class ProducerStateManager:
         return entry
 
     def remove_expired(self, now_ms: int) -> None:
-        """Forget producers idle for longer than ``producer.id.expiration.ms``."""
+        """Forget producers idle for longer than ``producer.id.expiration.ms`` (never the
+        cluster's own writers: see INTERNAL_PRODUCER_IDS_FROM)."""
         horizon = now_ms - self.expiration_ms
-        for pid in [p for p, e in self.producers.items() if e.last_timestamp < horizon]:
+        for pid in [p for p, e in self.producers.items()
+                    if e.last_timestamp < horizon and p < INTERNAL_PRODUCER_IDS_FROM]:  # fmt: skip
             del self.producers[pid]
 
     # -- snapshots -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rafka.clients.consumer_group import JOINING, STABLE, SYNCING, UNJOINED
+from rafka.clients.group_rebalance import JOINING, STABLE, SYNCING, UNJOINED
 from rafka.clients.rebalance_listener import ConsumerRebalanceListener
 from rafka.errors import (
     CommitFailed,
@@ -601,3 +601,28 @@ def test_poll_from_a_rebalance_listener_is_refused_rather_than_deadlocking():
     a.listener.on_assigned = nested
     world.settle()
     assert errors and "listener" in str(errors[0])
+
+
+def test_closing_a_member_that_is_out_of_the_group_reports_its_partitions_lost():
+    """Kafka's onLeavePrepare: a consumer closed after it learned it is out of the group
+    calls on_partitions_lost, not on_partitions_revoked, and commits nothing."""
+    world = World()
+    a = world.add()
+    world.settle()
+    held = a.assignment_set()
+    expel(world, a)
+    a.member.heartbeat_once()  # learns it is out
+    a.unsubscribe()
+    assert a.listener.events[-1] == ("lost", held)
+
+
+def test_auto_commit_commits_what_a_cooperative_member_gives_up_before_it_goes():
+    world = World(auto_commit=True)
+    a = world.add()
+    world.settle()
+    a.read(15)
+    world.add()
+    world.settle()
+    revoked = next(s for kind, s in a.listener.events if kind == "revoked")
+    offsets = world.coordinator.groups["g"].offsets
+    assert {offsets[(tp.topic, tp.partition)].offset for tp in revoked} == {15}

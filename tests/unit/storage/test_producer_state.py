@@ -190,3 +190,23 @@ def test_sequences_wrap_from_the_largest_int_to_zero(open_log):
     log = open_log()
     log.append_as_leader(pbatch([1, 2], seq=2**31 - 2), leader_epoch=0)
     assert log.append_as_leader(pbatch([3], seq=0), leader_epoch=0).first_offset == 2
+
+
+def test_the_clusters_own_writers_never_expire_so_their_fencing_holds():
+    """Producer ids from INTERNAL_PRODUCER_IDS_FROM up (the group coordinators) are kept
+    however long they are idle: an older epoch stays refused."""
+    from rafka.storage import record_batch as rb
+    from rafka.storage.producer_state import INTERNAL_PRODUCER_IDS_FROM, ProducerStateManager
+
+    state = ProducerStateManager("/nonexistent", expiration_ms=1000)
+    internal, client = INTERNAL_PRODUCER_IDS_FROM + 3, 7
+    for pid in (internal, client):
+        data = rb.encode_batch([b"v"], None, 0, producer_id=pid, producer_epoch=5,
+                               base_sequence=0)  # fmt: skip
+        state.update(next(rb.iter_batches(data))[1])
+    state.remove_expired(now_ms=10_000_000)
+    assert internal in state.producers and client not in state.producers
+    stale = rb.encode_batch([b"v"], None, 0, producer_id=internal, producer_epoch=4,
+                            base_sequence=0)  # fmt: skip
+    with pytest.raises(InvalidProducerEpoch):
+        state.check(next(rb.iter_batches(stale))[1])
