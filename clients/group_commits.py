@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
-from rafka.clients.group_rebalance import STABLE, SYNCING
+from rafka.clients.group_rebalance import JOINING, STABLE, SYNCING
 from rafka.errors import (
     CommitFailed,
     GroupIdNotFound,
@@ -39,7 +39,8 @@ MEMBER_GONE = (UnknownMemberId, IllegalGeneration, GroupIdNotFound)
 class CommitMixin:
     """Needs from GroupMember: ``_lock``, ``member_id``, ``generation``, ``group_id``,
     ``group_instance_id``, ``standalone``, ``_gateway``, ``_call``, ``_send``, ``_get``,
-    ``_reset``, ``state``, ``_rejoin_needed``, ``_clock`` and ``_sleep``."""
+    ``_reset``, ``advance_rebalance``, ``state``, ``_rejoin_needed``, ``_clock`` and
+    ``_sleep``."""
 
     def _commit_args(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple:
         """(member id, instance id, generation, payload, outside_group) of a commit now."""
@@ -68,23 +69,24 @@ class CommitMixin:
                 error = e
             if error is None:
                 return
-            waits = error.retriable or self._completing_rebalance(error, args[2])
+            waits = error.retriable or self._completing_rebalance(error)
             if not waits or self._clock() + backoff > deadline:
                 raise self._commit_error(error, args[0], args[2])
             self._sleep(backoff)
+            self.advance_rebalance()  # take a join or sync answer that has come
             backoff = min(backoff * 2, 1.0)
 
-    def _completing_rebalance(self, error: RafkaError, generation: int) -> bool:
-        """Whether ``error`` says the group is completing the rebalance of the member's own
-        generation (it synced, or is syncing): it becomes Stable without the application's
-        help (the heartbeat thread takes the sync answer), so the commit is tried again
-        rather than failed, as Kafka's RebalanceInProgressException would have the
-        application do after its next poll."""
+    def _completing_rebalance(self, error: RafkaError) -> bool:
+        """Whether ``error`` comes from a rebalance this member takes part in (its join or
+        sync is under way): the group completing it (RebalanceInProgress), or already past
+        the generation the member still names because the join's answer is not taken yet
+        (IllegalGeneration). The heartbeat thread takes the answers, so the commit is tried
+        again, in the new generation, rather than failed; Kafka fails it with
+        RebalanceInProgressException and leaves the retry to the application."""
         with self._lock:
-            return (
-                isinstance(error, RebalanceInProgress) and self.state == SYNCING
-                and self.generation == generation
-            )  # fmt: skip
+            return isinstance(error, (RebalanceInProgress, IllegalGeneration)) and (
+                self.state in (JOINING, SYNCING)
+            )
 
     def commit_async(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], callback: Callable | None
@@ -126,6 +128,12 @@ class CommitMixin:
     def _commit_error(self, error: RafkaError, member_id: str, generation: int) -> RafkaError:
         """Kafka's CommitFailedException for a member that is no longer in the generation
         it committed in (it rejoins on its next poll); other errors as they are."""
+        if self._completing_rebalance(error):
+            return RebalanceInProgress(
+                f"the commit to group {self.group_id} was refused in generation {generation} "
+                f"while the group completes a rebalance this member takes part in ({error}); "
+                "nothing was committed: commit again after the next poll"
+            )
         if isinstance(error, MEMBER_GONE):
             self._reset(error, "commit", member_id, generation)
             return CommitFailed(

@@ -626,3 +626,31 @@ def test_auto_commit_commits_what_a_cooperative_member_gives_up_before_it_goes()
     revoked = next(s for kind, s in a.listener.events if kind == "revoked")
     offsets = world.coordinator.groups["g"].offsets
     assert {offsets[(tp.topic, tp.partition)].offset for tp in revoked} == {15}
+
+
+def test_a_commit_made_while_the_members_join_answer_waits_is_made_in_the_new_generation():
+    """The group moved on to the generation the member's own join formed, but the member has
+    not taken the answer yet: its commit in the old generation is refused; the member takes
+    the answer and commits again, and is not reset (nothing is reported lost)."""
+    world = World()
+    a = world.add()
+    b = world.add()
+    world.settle()
+    a.read(4)
+    c = world.add()
+    c.poll()  # a new member: the group prepares a rebalance
+    world.coordinator.held = {"join_group"}
+    for m in (a, b):
+        m.member.heartbeat_once()  # RebalanceInProgress: a rejoin is due
+        m.poll()  # the join goes out (held)
+    world.coordinator.held = set()
+    world.coordinator.release("join_group")  # the join phase completes; nobody took answers
+    for m in (b, c):
+        m.poll()
+        m.member.heartbeat_once()
+    before = a.member.generation
+    a.commit()
+    assert a.member.generation > before and not a.member._lost
+    assert not [kind for kind, _ in a.listener.events if kind == "lost"]
+    offsets = world.coordinator.groups["g"].offsets
+    assert {offsets[(tp.topic, tp.partition)].offset for tp in a.assignment_set()} == {4}
