@@ -4,7 +4,10 @@ calls the test may hold back and release (late answers), and a consumer built on
 ``GroupConsumerMixin`` (the hooks ``GroupMember`` calls) with partitions as plain positions.
 
 The coordinator answers a call when the state machine does (a join waits for the rebalance);
-group writes succeed at once unless the test holds them (``hold_writes``).
+writes (group records and offset commits, in one queue as the actor's single writer has
+them) succeed at once unless the test holds them (``hold_writes``). What was written is kept
+in a ``DurableLog``, from which ``FakeCoordinator.restart`` rebuilds every group as the
+actor's load does.
 """
 
 from __future__ import annotations
@@ -58,10 +61,51 @@ class Ref:
         return f"Ref({self.method}#{self.id}, done={self.done})"
 
 
+class DurableLog:
+    """What the coordinator's partition of ``__consumer_offsets`` holds, compacted: the
+    newest metadata record of each group and the newest committed offset of each of its
+    partitions. Written only when a write succeeds (or, for one in flight when the
+    coordinator dies, when the test says it reached the log)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[str, Any]] = {}
+        self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+
+    def group_ids(self) -> list[str]:
+        return sorted(set(self.records) | set(self.offsets))
+
+
+class _GroupWrite:
+    """A group metadata record being written: the record as it was when asked for."""
+
+    def __init__(self, group: Group, effects: Any, record: dict[str, Any]) -> None:
+        self.group, self.effects, self.record = group, effects, record
+
+    def reach_log(self, log: DurableLog) -> None:
+        log.records[self.group.group_id] = self.record
+
+
+class _CommitWrite:
+    """Accepted offsets being written (a commit in flight for the group); applied to the
+    group, and answered, once written."""
+
+    def __init__(self, group: Group, committed: dict, ref: Ref) -> None:
+        self.group, self.committed, self.ref = group, committed, ref
+        self.commit_id = group.begin_commit(committed)
+
+    def end(self, written: bool) -> None:
+        self.group.end_commit(self.commit_id, written=written)
+
+    def reach_log(self, log: DurableLog) -> None:
+        log.offsets.setdefault(self.group.group_id, {}).update(self.committed)
+
+
 class FakeCoordinator:
     """One coordinator shard over real ``Group`` state machines. ``held``: method names
     whose calls wait (unprocessed) until ``release``; ``lost``: method names whose calls are
-    processed but never answered; ``hold_writes``: group writes wait for ``finish_writes``."""
+    processed but never answered; ``hold_writes``: writes (group records, and offset commits
+    accepted meanwhile) wait, in order, for ``finish_writes``; ``log``: what was written;
+    ``restart``: a new incarnation loads the groups back from ``log``."""
 
     def __init__(self, clock: Clock, config: GroupConfig = CONFIG) -> None:
         self.clock = clock
@@ -72,8 +116,10 @@ class FakeCoordinator:
         self.lost: set[str] = set()
         self.queue: list[tuple[Ref, str, tuple]] = []
         self.hold_writes = False
-        self.writes: list[tuple[Group, Any]] = []
+        self.writes: list[_GroupWrite | _CommitWrite] = []
         self.calls: list[tuple[str, tuple]] = []
+        self.log = DurableLog()
+        self.restarts = 0
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -125,14 +171,49 @@ class FakeCoordinator:
             if ref is not None:
                 ref.resolve((result.error, result._replace(error=None)))
         if effects.persist:
-            self.writes.append((group, effects))
+            self.writes.append(_GroupWrite(group, effects, group.metadata_record()))
             if not self.hold_writes:
                 self.finish_writes()
 
     def finish_writes(self, error: RafkaError | None = None) -> None:
+        """End the writes in flight, in the order they were asked for: all succeed, or all
+        fail with ``error``."""
         writes, self.writes = self.writes, []
-        for group, effects in writes:
-            self.apply(group, persist_outcome(group, effects, error, self.clock.ms()))
+        for write in writes:
+            if error is None:
+                write.reach_log(self.log)
+            if isinstance(write, _CommitWrite):
+                write.end(written=error is None)
+                write.ref.resolve(error)
+                continue
+            outcome = persist_outcome(write.group, write.effects, error, self.clock.ms())
+            self.apply(write.group, outcome)
+
+    def restart(self, answer: bool = True, reached_log: bool = False) -> None:
+        """The coordinator dies and a new incarnation loads its groups back from ``log`` (as
+        ``GroupCoordinator._load`` does). Writes in flight reach the log or not
+        (``reached_log``) and are never answered; waiting joins and syncs and held calls are
+        never processed, and fail with CoordinatorNotAvailable (``answer``) or get no answer
+        at all."""
+        for write in self.writes:
+            if reached_log:
+                write.reach_log(self.log)
+        unanswered = [w.ref for w in self.writes if isinstance(w, _CommitWrite)]
+        unanswered += list(self.waiting.values()) + [ref for ref, _, _ in self.queue]
+        self.writes, self.waiting, self.queue = [], {}, []
+        self.restarts += 1
+        if answer:
+            for ref in unanswered:
+                ref.resolve(error=CoordinatorNotAvailable("the group coordinator restarted"))
+        now = self.clock.ms()
+        self.groups = {}
+        for group_id in self.log.group_ids():
+            record = self.log.records.get(group_id)
+            group = (Group.from_record(group_id, record, self.config, now) if record
+                     else Group(group_id, self.config, now))  # fmt: skip
+            group.offsets = dict(self.log.offsets.get(group_id, {}))
+            if group.members or group.offsets:
+                self.groups[group_id] = group
 
     def tick(self) -> None:
         for group in list(self.groups.values()):
@@ -170,8 +251,9 @@ class FakeCoordinator:
         now = self.clock.ms()
         committed = {tp: CommittedOffset(o, e, m or "", now) for tp, (o, e, m) in offsets.items()}
         check_commit(group, member_id, instance_id, generation, committed, outside_group)
-        group.commit(committed)
-        ref.resolve(None)
+        self.writes.append(_CommitWrite(group, committed, ref))
+        if not self.hold_writes:
+            self.finish_writes()
 
     def fetch_offsets(self, ref, group_id, partitions=None) -> None:
         group = self.groups.get(group_id)
@@ -255,14 +337,17 @@ class FakeConsumer(GroupConsumerMixin):
     def __init__(self, gateway: FakeGateway, metadata: FakeMetadata, clock: Clock, *,
                  strategy: Any = "cooperative-sticky", auto_commit: bool = False,
                  instance: str | None = None, session_ms: int = 1000, heartbeat_ms: int = 300,
-                 max_poll_ms: int = 10_000, client: str = "c") -> None:  # fmt: skip
+                 max_poll_ms: int = 10_000, client: str = "c",
+                 metadata_max_age_ms: int = 300_000, request_timeout_s: float = 5.0,
+                 sleep: Callable[[float], None] | None = None) -> None:  # fmt: skip
         self._gateway = gateway
         self._metadata = metadata
         self._partitions: dict[TopicPartition, _Position] = {}
-        self.request_timeout_s = 5.0
+        self.request_timeout_s = request_timeout_s
+        self.closed = False
         self._init_group("g", instance, client, auto_commit, 5000, session_ms, heartbeat_ms,
-                         max_poll_ms, strategy, 300_000)  # fmt: skip
-        self._member_args.update(clock=clock, sleep=clock.sleep, heartbeat_thread=False)
+                         max_poll_ms, strategy, metadata_max_age_ms)  # fmt: skip
+        self._member_args.update(clock=clock, sleep=sleep or clock.sleep, heartbeat_thread=False)
 
     def _add_partitions(self, partitions) -> None:
         for tp in partitions:
@@ -285,6 +370,16 @@ class FakeConsumer(GroupConsumerMixin):
     def read(self, records: int = 1) -> None:
         for state in self._partitions.values():
             state.position += records
+
+    def close(self) -> None:
+        """As Consumer.close: leave the group (auto-commit and listener first), then stop."""
+        if self.closed:
+            return
+        try:
+            self._close_group()
+        finally:
+            self.closed = True
+            self._partitions = {}
 
     @property
     def member(self):
