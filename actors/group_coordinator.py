@@ -77,6 +77,7 @@ class GroupCoordinator:
     def _start(self) -> None:
         if self._loaded is None:
             self._loaded = asyncio.Event()
+            self._commit_ended = asyncio.Event()  # set whenever a commit's write ends
             loop = asyncio.get_running_loop()
             self._tasks = [loop.create_task(self._run()), self.log.start(),
                            loop.create_task(self._lag.run())]  # fmt: skip
@@ -279,8 +280,10 @@ class GroupCoordinator:
             ])  # fmt: skip
         except RafkaError as e:
             group.end_commit(commit_id, written=False)
+            self._commit_ended.set()
             return e
         group.end_commit(commit_id, written=True)
+        self._commit_ended.set()
         return None
 
     async def fetch_offsets(
@@ -292,6 +295,9 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return None, {}
+        while group.commits_in_flight(partitions):  # answer after them (see commits_in_flight)
+            self._commit_ended.clear()
+            await self._commit_ended.wait()
         wanted = group.offsets if partitions is None else {
             tuple(tp): group.offsets[tuple(tp)] for tp in partitions if tuple(tp) in group.offsets
         }  # fmt: skip

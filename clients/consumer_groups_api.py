@@ -330,6 +330,9 @@ class GroupConsumerMixin:
             return
         if self.group_id is not None:
             member = self._member or self._standalone_member()
+            # This consumer's own commits still under way come first: a partition given up
+            # with an asynchronous commit and handed back must start after that commit.
+            member.finish_async_commits_of(missing, self.request_timeout_s)
             for tp, committed in member.committed(missing, self.request_timeout_s).items():
                 state = self._partitions.get(tp)
                 if state is not None and state.position is None:

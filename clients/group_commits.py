@@ -102,6 +102,26 @@ class CommitMixin:
             return
         self._async_commits.append((ref, callback, offsets, args[0], args[2]))
 
+    def finish_async_commits_of(
+        self, partitions: Iterable[TopicPartition], timeout_s: float
+    ) -> None:
+        """Wait (up to ``timeout_s``) for this member's asynchronous commits of any of
+        ``partitions`` to be answered, and run their callbacks."""
+        wanted = set(partitions)
+        deadline = self._clock() + timeout_s
+
+        def pending() -> bool:
+            return any(wanted & set(offsets) for _, _, offsets, _, _ in self._async_commits)
+
+        while pending() and self._clock() < deadline:
+            try:
+                self._finish_async_commits(wait_s=0.05)
+            except RafkaError as e:  # the fetch that follows reports trouble itself
+                log.info("group %s: waiting for commits failed: %s", self.group_id, e)
+                return
+            if pending():
+                self._sleep(0.01)
+
     def _finish_async_commits(self, wait_s: float = 0.0) -> None:
         if not self._async_commits:
             return

@@ -115,6 +115,8 @@ class RebalanceMixin:
             self.generation = result.generation
             self.leader_id = result.leader_id
         assignments = None
+        if result.member_id == result.leader_id and result.skip_assignment:
+            self._watch_partition_counts(result)
         if result.member_id == result.leader_id and not result.skip_assignment:
             try:
                 assignments = self._assign(result.protocol, result.members)
@@ -135,6 +137,22 @@ class RebalanceMixin:
             self._send_failed(e)
             return
         self._expect(SYNC, ref, result.generation, SYNCING)
+
+    def _watch_partition_counts(self, result) -> None:
+        """A static leader that came back keeps the group's assignment: it notes the
+        partition counts that assignment covers (from the partitions the members hold;
+        the metadata's for a topic none holds), so it rebalances when a topic grows."""
+        subscriptions = leader_assignment.subscriptions_of(result.members)
+        topics = sorted({t for s in subscriptions.values() for t in s.topics})
+        counts: dict[str, int] = {}
+        for topic, partition in result.assigned:
+            counts[topic] = max(counts.get(topic, 0), partition + 1)
+        missing = [t for t in topics if t not in counts]
+        try:
+            counts.update(self._metadata.partition_counts(missing) if missing else {})
+        except RafkaError as e:  # the next check after metadata_max_age_ms tries again
+            log.info("group %s: partition counts unknown (%s)", self.group_id, e)
+        self._assigned_counts = {t: counts[t] for t in topics if t in counts}
 
     def _assign(self, protocol: str, members: list) -> dict[str, bytes]:
         """The leader's work: run the group's assignor over every member's subscription."""

@@ -301,6 +301,15 @@ class Group(GroupOffsets, StaticMembership):
         self._check_generation(generation, member_id)
         if self.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgress(f"group {self.group_id} is rebalancing; rejoin first")
+        strangers = sorted(set(assignments or ()) - set(self.members))
+        if strangers and self.state == GroupState.COMPLETING_REBALANCE:
+            # Members are fixed within a generation: an assignment naming others was made
+            # for another membership (a generation number a restarted coordinator reused).
+            raise IllegalGeneration(
+                f"the assignment member {member_id} sent to group {self.group_id} names "
+                f"{len(strangers)} member(s) not in generation {self.generation} (e.g. "
+                f"{strangers[0]}): it is from an earlier membership; rejoin"
+            )
         effects = Effects()
         member.heartbeat_deadline_ms = now + member.session_timeout_ms
         if self.state == GroupState.STABLE:

@@ -11,7 +11,7 @@ write ends. No I/O, no clock: times are passed in (ms).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from rafka.cluster.consumer_protocol import (
     PROTOCOL_TYPE,
@@ -194,6 +194,15 @@ class GroupOffsets:
     def commit(self, offsets: dict[TopicPartition, CommittedOffset]) -> None:
         """Apply offsets already written, with no commit in flight to track (a reload)."""
         self.offsets.update(offsets)
+
+    def commits_in_flight(self, partitions: Iterable[TopicPartition] | None = None) -> bool:
+        """Whether a commit of any of ``partitions`` (None: any) is being written. A fetch
+        of committed offsets waits for those: a member that gave a partition up with a
+        commit and got it back must not read the offset from before its own commit."""
+        in_flight = self._partitions_in_flight()
+        if partitions is None:
+            return bool(in_flight)
+        return any(tuple(tp) in in_flight for tp in partitions)
 
     def _partitions_in_flight(self) -> set[TopicPartition]:
         return {tp for offsets in self._commits_in_flight.values() for tp in offsets}

@@ -89,7 +89,10 @@ class StaticMembership:
         )  # fmt: skip
         self._swap(old_id, member)
         pending = self._takeovers.pop(instance_id, None)
-        if self.state == GroupState.STABLE and self._same_subscription(old, member):
+        if (
+            self.state == GroupState.STABLE and self._same_subscription(old, member)
+            and not self._revocations_pending(old)
+        ):  # fmt: skip
             # A takeover of a takeover still being written: the log still holds the first
             # one's previous member, so that is the one to put back on failure.
             write = StaticTakeoverWrite(
@@ -100,6 +103,16 @@ class StaticMembership:
             return new_id, effects
         effects.merge(self._prepare_rebalance(now, f"static member {instance_id} came back"))
         return new_id, effects.merge(self._maybe_complete_join(now))
+
+    @staticmethod
+    def _revocations_pending(old: Member) -> bool:
+        """Whether the old process still had partitions to give up in this generation (it
+        owned them when it joined and was not given them again: a cooperative follow-up
+        rebalance was due). The new process owns nothing, so it would never ask for that
+        rebalance, and the partitions would stay with nobody: rebalance instead."""
+        if old.owned_partitions is None or old.assigned_partitions is None:
+            return False
+        return bool(old.owned_partitions - old.assigned_partitions)
 
     def _same_subscription(self, old: Member, new: Member) -> bool:
         """Whether the new process of a static member can keep the old one's assignment:
@@ -129,8 +142,14 @@ class StaticMembership:
         if self.state != GroupState.STABLE:
             return effects  # a rebalance started: the member waits for its join phase
         member.awaiting_join = False
+        # A leader keeps the assignment but hears the members' subscriptions, so it can
+        # tell when their topics grow (Kafka's KIP-814).
+        leader = member.member_id == self.leader_id
+        assigned = set().union(*(
+            m.assigned_partitions or () for m in self.members.values()
+        )) if leader else set()  # fmt: skip
         effects.replies[(member.member_id, JOIN)] = self._join_result(member.member_id)._replace(
-            members=[], skip_assignment=member.member_id == self.leader_id
+            skip_assignment=leader, assigned=tuple(sorted(assigned))
         )
         return effects
 

@@ -48,7 +48,8 @@ class CommittedOffset(NamedTuple):
 class JoinResult(NamedTuple):
     """A join's answer. The leader gets every member's (id, instance id, subscription) in
     ``members`` and runs the assignor, unless ``skip_assignment`` (a static leader that
-    came back into a stable group: the assignment stands)."""
+    came back into a stable group: the assignment stands; ``assigned`` then lists the
+    partitions the group's members hold, so the leader can tell when a topic grows)."""
 
     member_id: str
     generation: int
@@ -57,6 +58,7 @@ class JoinResult(NamedTuple):
     members: list
     skip_assignment: bool = False
     error: RafkaError | None = None
+    assigned: tuple = ()  # ((topic, partition), ...) with skip_assignment
 
 
 class SyncResult(NamedTuple):

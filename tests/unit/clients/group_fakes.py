@@ -118,6 +118,7 @@ class FakeCoordinator:
         self.hold_writes = False
         self.writes: list[_GroupWrite | _CommitWrite] = []
         self.calls: list[tuple[str, tuple]] = []
+        self.fetches: list[tuple[Ref, str, list | None]] = []  # waiting for commits in flight
         self.log = DurableLog()
         self.restarts = 0
 
@@ -188,6 +189,9 @@ class FakeCoordinator:
                 continue
             outcome = persist_outcome(write.group, write.effects, error, self.clock.ms())
             self.apply(write.group, outcome)
+        fetches, self.fetches = self.fetches, []
+        for ref, group_id, partitions in fetches:  # as the actor's fetch_offsets wait
+            self.fetch_offsets(ref, group_id, partitions)
 
     def restart(self, answer: bool = True, reached_log: bool = False) -> None:
         """The coordinator dies and a new incarnation loads its groups back from ``log`` (as
@@ -200,7 +204,8 @@ class FakeCoordinator:
                 write.reach_log(self.log)
         unanswered = [w.ref for w in self.writes if isinstance(w, _CommitWrite)]
         unanswered += list(self.waiting.values()) + [ref for ref, _, _ in self.queue]
-        self.writes, self.waiting, self.queue = [], {}, []
+        unanswered += [ref for ref, _, _ in self.fetches]
+        self.writes, self.waiting, self.queue, self.fetches = [], {}, [], []
         self.restarts += 1
         if answer:
             for ref in unanswered:
@@ -257,6 +262,9 @@ class FakeCoordinator:
 
     def fetch_offsets(self, ref, group_id, partitions=None) -> None:
         group = self.groups.get(group_id)
+        if group is not None and group.commits_in_flight(partitions):
+            self.fetches.append((ref, group_id, partitions))  # answered after those writes
+            return
         found = {} if group is None else {
             tuple(tp): group.offsets[tuple(tp)] for tp in partitions or group.offsets
             if tuple(tp) in group.offsets

@@ -4,8 +4,8 @@ commits that never go back or get lost, and rebalances that always complete.
 
 ``RAFKA_GROUP_SIM_SEEDS=n`` runs n seeds (200 by default), ``RAFKA_GROUP_SIM_EVENTS=n``
 events per seed (150); ``RAFKA_GROUP_SIM_SEED=n`` replays one seed and prints its event log
-(``pytest -s``). Findings against the current code are pinned below as strict xfails, each
-with the seed that first showed it and a short scripted sequence."""
+(``pytest -s``). Each finding the simulation made is kept below as a short scripted run
+(with the seed that first showed it, where one did)."""
 
 from __future__ import annotations
 
@@ -23,43 +23,8 @@ SEEDS = int(os.environ.get("RAFKA_GROUP_SIM_SEEDS", "200"))
 EVENTS = int(os.environ.get("RAFKA_GROUP_SIM_EVENTS", "150"))
 REPLAY = os.environ.get("RAFKA_GROUP_SIM_SEED")
 
-STATIC_LEADER_IGNORES_GROWTH = (
-    "a static leader whose process restarted took over with skip_assignment and never ran "
-    "the assignor, so it has no partition counts to compare: partitions added to a topic "
-    "are never assigned (group_static._takeover_written answers with members=[]; "
-    "GroupMember._maybe_check_metadata needs _assigned_counts)"
-)
-TAKEOVER_DROPS_FOLLOW_UP = (
-    "a static member's process restarted after its generation's cooperative assignment took "
-    "a partition from it but before it revoked it and rejoined: the new process takes the "
-    "assignment over without a rebalance and owns nothing to revoke, so no member asks for "
-    "the follow-up rebalance and the partition stays unowned (group_static._replace_static)"
-)
-COMMIT_IN_FLIGHT_UNSEEN_BY_FETCH = (
-    "fetch_offsets answers from memory, which a commit reaches only once written: a member "
-    "that gets its partitions back with no group write in between (an eager member "
-    "rejoining a Stable group with nothing new is answered from the current generation at "
-    "once) fetches the offset from before its own commit still in flight (made in "
-    "on_partitions_revoked, asynchronous, or timed out at the client), restarts there, and "
-    "its next commit moves the committed offset back"
-)
-GENERATION_REUSED_AFTER_RESTART = (
-    "a restarted coordinator reloads the group at its last written generation, so its next "
-    "rebalance hands out a generation number the previous incarnation had handed out too; "
-    "a sync from the leader of that earlier generation, delivered after the new one formed "
-    "(Ray does not order an async actor's calls), is taken as the new generation's "
-    "assignment, naming member ids that are gone, and the leader's own new sync is answered "
-    "from the Stable group: those partitions stay unowned (Group.sync checks only the "
-    "generation number; a commit named with the earlier generation is accepted likewise)"
-)
-#: Seeds below 200 (at 150 events) whose runs show a finding pinned here: (kind, reason).
-KNOWN = {
-    9: ("no-convergence", STATIC_LEADER_IGNORES_GROWTH),
-}
-
-
 class StillFound(Exception):
-    """The finding a strict xfail below pins is still there (and nothing else is)."""
+    """The finding a scripted run below was written for is back."""
 
 
 def expect_fixed(report, *kinds: str) -> None:
@@ -92,26 +57,13 @@ def test_random_groups_keep_one_owner_per_partition_lose_no_commit_and_finish_re
         print(report.summary())
         assert not report.findings, report.summary()
         return
-    known = KNOWN if EVENTS == 150 else {}
     failures, injected = [], Counter()
     for seed in range(SEEDS):
-        if seed in known:
-            continue
         report = run_seed(seed, EVENTS)
         injected.update(report.injected)
         failures += [f"seed {seed}: {f}" for f in report.findings]
     print(f"{SEEDS} seeds x {EVENTS} events; injected {dict(sorted(injected.items()))}")
     assert not failures, "\n".join(failures[:20])
-
-
-@pytest.mark.parametrize("seed", [
-    pytest.param(seed, marks=pytest.mark.xfail(strict=True, raises=StillFound, reason=reason))
-    for seed, (_, reason) in sorted(KNOWN.items())
-])  # fmt: skip
-def test_a_seed_left_out_for_a_known_finding_has_no_other(seed):
-    """Each seed left out above shows its pinned finding and no other; once the finding is
-    fixed this passes (strict: reported as a failure) and the seed leaves KNOWN."""
-    expect_fixed(run_seed(seed, 150, keep_log=True), KNOWN[seed][0])
 
 
 def test_a_seed_replays_the_same_run():
@@ -180,7 +132,6 @@ def scripted(events, strategy="cooperative-sticky", topics=None, seed=0):
                       topics=topics or {"t0": 4, "t1": 1, "t2": 1}).run()  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, raises=StillFound, reason=STATIC_LEADER_IGNORES_GROWTH)
 def test_partitions_added_after_a_static_leader_restarts_get_assigned():
     """Static leader L and a dynamic member share t0; L's process restarts (the new one
     takes over, skip_assignment); t0 grows from 4 to 6 partitions: 4 and 5 must be
@@ -192,7 +143,6 @@ def test_partitions_added_after_a_static_leader_restarts_get_assigned():
     expect_fixed(report, "no-convergence")
 
 
-@pytest.mark.xfail(strict=True, raises=StillFound, reason=TAKEOVER_DROPS_FOLLOW_UP)
 def test_a_static_restart_between_an_assignment_and_its_follow_up_leaves_nothing_unowned():
     """Leader D reads t1; static S owns all of t0; E joins for t0, and the next generation takes
     two partitions from S (to move in the follow-up) while the record is being written; S's
@@ -207,7 +157,6 @@ def test_a_static_restart_between_an_assignment_and_its_follow_up_leaves_nothing
     expect_fixed(report, "no-convergence")
 
 
-@pytest.mark.xfail(strict=True, raises=StillFound, reason=COMMIT_IN_FLIGHT_UNSEEN_BY_FETCH)
 def test_an_eager_member_resubscribing_while_its_revoke_commit_is_written_never_commits_back():
     """Range members A (leader) and B; B reads t0-1 to 3; while writes are slow, B
     subscribes again to the same topics: it revokes t0-1 committing 3 asynchronously (being
@@ -236,7 +185,6 @@ def test_a_member_of_a_group_lost_by_a_coordinator_restart_rejoins_without_an_er
     assert not report.findings, "\n".join(report.log)
 
 
-@pytest.mark.xfail(strict=True, raises=StillFound, reason=GENERATION_REUSED_AFTER_RESTART)
 def test_a_sync_from_before_a_coordinator_restart_cannot_set_the_next_generation():
     """C0 (leader, t0) and static C1 (t1, t2) are Stable at generation 2; C1 closes and
     static C2 joins for t1; syncs are delayed; generation 3 forms, then the coordinator
@@ -255,3 +203,12 @@ def test_a_sync_from_before_a_coordinator_restart_cannot_set_the_next_generation
         Event("coordinator_restart", (True, True)), Event("wait", (5.6,)),
     ], topics={"t0": 2, "t1": 4, "t2": 3}, seed=4496)  # fmt: skip
     expect_fixed(report, "no-convergence")
+
+
+def test_a_member_handed_back_a_partition_starts_after_its_own_async_commit_of_it():
+    """Seed 1151: a range member gives partitions up with an asynchronous commit that the
+    coordinator has not processed yet, gets them back, and fetches their committed offsets:
+    it waits for its own commit first, so it neither starts from nor commits the older
+    offset."""
+    report = run_seed(1151, 150, keep_log=True)
+    assert not report.findings, "\n".join(report.log[-60:])
