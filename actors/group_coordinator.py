@@ -37,7 +37,7 @@ from rafka.cluster.group import JOIN, SYNC, CommittedOffset, Effects, Group, Gro
 from rafka.cluster.group_types import GroupWrite
 from rafka.cluster.offsets_records import group_key, group_value, offset_key, offset_value
 from rafka.cluster.settings import group_config, setting
-from rafka.errors import GroupIdNotFound, InvalidGroupId, RafkaError
+from rafka.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidGroupId, RafkaError
 
 TICK_S = 0.1
 #: How often offsets of long-empty groups are looked for (offsets.retention.minutes).
@@ -56,8 +56,8 @@ class GroupCoordinator:
         self.shard = shard
         self.settings = dict(settings)
         self.config = group_config(self.settings)
-        commit_timeout_s = setting(self.settings, "offsets.commit.timeout.ms") / 1000
-        self.log = OffsetsLog(namespace, shard, commit_timeout_s, self.logger)
+        self.commit_timeout_s = setting(self.settings, "offsets.commit.timeout.ms") / 1000
+        self.log = OffsetsLog(namespace, shard, self.commit_timeout_s, self.logger)
         self.groups: dict[str, Group] = {}
         self._waiting: dict[tuple[str, str, str], asyncio.Future] = {}
         self._loaded: asyncio.Event | None = None
@@ -295,13 +295,23 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return None, {}
-        while group.commits_in_flight(partitions):  # answer after them (see commits_in_flight)
-            self._commit_ended.clear()
-            await self._commit_ended.wait()
+        in_flight = group.commits_in_flight(partitions)  # answer after them, not later ones
+        if in_flight:
+            try:
+                await asyncio.wait_for(self._commits_end(group, in_flight), self.commit_timeout_s)
+            except asyncio.TimeoutError:
+                return CoordinatorNotAvailable(
+                    f"commits to group {group_id} are still being written; retry"
+                ), None
         wanted = group.offsets if partitions is None else {
             tuple(tp): group.offsets[tuple(tp)] for tp in partitions if tuple(tp) in group.offsets
         }  # fmt: skip
         return None, {tp: (c.offset, c.leader_epoch, c.metadata) for tp, c in wanted.items()}
+
+    async def _commits_end(self, group: Group, commit_ids: set[int]) -> None:
+        while not group.commits_ended(commit_ids):
+            self._commit_ended.clear()
+            await self._commit_ended.wait()
 
     # -- admin ---------------------------------------------------------------------------------
 

@@ -244,7 +244,12 @@ class OffsetsLog:
                 records = [r for rs, _ in taken for r in rs]
                 try:
                     await self._produce(records)
-                except RafkaError as e:
+                except Exception as e:  # every caller hears of it; the writer goes on
+                    if not isinstance(e, RafkaError):
+                        self.logger.exception("writing to the offsets partition failed")
+                        e = CoordinatorNotAvailable(
+                            f"group coordinator {self.shard} could not write: {e!r}; retry"
+                        )
                     for _, future in taken:
                         if not future.done():
                             future.set_exception(e)

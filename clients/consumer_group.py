@@ -363,7 +363,8 @@ class GroupMember(RebalanceMixin, HeartbeatMixin, CommitMixin):
             self.request_rejoin()
             return
         if self.state == STABLE and self.member_id == self.leader_id and self._assigned_counts:
-            counts = self._metadata.partition_counts(sorted(self._assigned_counts), refresh=True)
+            found = self._metadata.partition_counts(sorted(self._assigned_counts), refresh=True)
+            counts = {t: found.get(t, 0) for t in self._assigned_counts}  # 0: no such topic
             if counts != self._assigned_counts:
                 log.info("group %s: partition counts changed; rebalancing", self.group_id)
                 self.request_rejoin()
@@ -403,6 +404,9 @@ class GroupMember(RebalanceMixin, HeartbeatMixin, CommitMixin):
         heartbeats = self._heartbeats
         if heartbeats is not None and heartbeats is not threading.current_thread():
             heartbeats.join(timeout_s)
+        if self._in_poll:  # closed from a listener: this thread holds _advancing already
+            self.leave()
+            return
         with self._advancing:
             self.leave()
 

@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 from rafka.clients.group_rebalance import JOINING, STABLE, SYNCING
 from rafka.errors import (
     CommitFailed,
+    FencedInstanceId,
     GroupIdNotFound,
     IllegalGeneration,
     RafkaError,
@@ -39,7 +40,7 @@ MEMBER_GONE = (UnknownMemberId, IllegalGeneration, GroupIdNotFound)
 class CommitMixin:
     """Needs from GroupMember: ``_lock``, ``member_id``, ``generation``, ``group_id``,
     ``group_instance_id``, ``standalone``, ``_gateway``, ``_call``, ``_send``, ``_get``,
-    ``_reset``, ``advance_rebalance``, ``state``, ``_rejoin_needed``, ``_clock`` and
+    ``_reset``, ``_fenced``, ``advance_rebalance``, ``state``, ``_rejoin_needed``, ``_clock`` and
     ``_sleep``."""
 
     def _commit_args(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple:
@@ -128,12 +129,10 @@ class CommitMixin:
         refs = [pending[0] for pending in self._async_commits]
         ready, _ = self._gateway.wait(refs, len(refs), timeout_s=wait_s)
         done = set(ready)
-        remaining = []
-        for pending in self._async_commits:
-            ref, callback, offsets, member_id, generation = pending
-            if ref not in done:
-                remaining.append(pending)
-                continue
+        finished = [p for p in self._async_commits if p[0] in done]
+        # Taken out before any callback runs: a callback may come back here.
+        self._async_commits = [p for p in self._async_commits if p[0] not in done]
+        for ref, callback, offsets, member_id, generation in finished:
             try:
                 error = self._get(ref)
             except RafkaError as e:
@@ -143,7 +142,6 @@ class CommitMixin:
                 log.info("group %s: asynchronous commit failed: %s", self.group_id, error)
             if callback is not None:
                 callback(offsets, error)
-        self._async_commits = remaining
 
     def _commit_error(self, error: RafkaError, member_id: str, generation: int) -> RafkaError:
         """Kafka's CommitFailedException for a member that is no longer in the generation
@@ -154,6 +152,9 @@ class CommitMixin:
                 f"while the group completes a rebalance this member takes part in ({error}); "
                 "nothing was committed: commit again after the next poll"
             )
+        if isinstance(error, FencedInstanceId):
+            self._fenced(error)  # another process is this static member: out for good
+            return error
         if isinstance(error, MEMBER_GONE):
             self._reset(error, "commit", member_id, generation)
             return CommitFailed(

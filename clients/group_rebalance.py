@@ -140,19 +140,16 @@ class RebalanceMixin:
 
     def _watch_partition_counts(self, result) -> None:
         """A static leader that came back keeps the group's assignment: it notes the
-        partition counts that assignment covers (from the partitions the members hold;
-        the metadata's for a topic none holds), so it rebalances when a topic grows."""
+        partition counts that assignment covers (from the partitions the members hold), so
+        it rebalances when a topic grows or appears."""
         subscriptions = leader_assignment.subscriptions_of(result.members)
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
         counts: dict[str, int] = {}
         for topic, partition in result.assigned:
             counts[topic] = max(counts.get(topic, 0), partition + 1)
-        missing = [t for t in topics if t not in counts]
-        try:
-            counts.update(self._metadata.partition_counts(missing) if missing else {})
-        except RafkaError as e:  # the next check after metadata_max_age_ms tries again
-            log.info("group %s: partition counts unknown (%s)", self.group_id, e)
-        self._assigned_counts = {t: counts[t] for t in topics if t in counts}
+        # A topic no member holds counts as empty (it may have been created meanwhile):
+        # if it has partitions now, the next check rebalances.
+        self._assigned_counts = {t: counts.get(t, 0) for t in topics}
 
     def _assign(self, protocol: str, members: list) -> dict[str, bytes]:
         """The leader's work: run the group's assignor over every member's subscription."""
@@ -160,7 +157,9 @@ class RebalanceMixin:
         subscriptions = leader_assignment.subscriptions_of(members)
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
         counts = self._metadata.partition_counts(topics)
-        self._assigned_counts = counts
+        # Subscribed topics that do not exist yet count as empty: once they do, the leader's
+        # metadata check rebalances.
+        self._assigned_counts = {t: counts.get(t, 0) for t in topics}
         assignments = leader_assignment.assign(assignor, counts, subscriptions)
         log.info(
             "group %s generation %d: %s assigned %d partition(s) of %d topic(s) to %d member(s)",

@@ -13,12 +13,15 @@ does is refused with ``IllegalState``.
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable
 
 from rafka.clients.assignors import COOPERATIVE, Assignor, Subscription
 from rafka.cluster.consumer_protocol import decode_subscription, encode_assignment
 from rafka.errors import IllegalState
 from rafka.types import TopicPartition
+
+log = logging.getLogger(__name__)
 
 
 def subscriptions_of(members: Iterable[tuple[str, str | None, bytes]]) -> dict[str, Subscription]:
@@ -41,6 +44,11 @@ def assign(
     """{member id: encoded assignment}. IllegalState when a cooperative assignor moves a
     partition from one member to another in one rebalance."""
     assigned = assignor.assign(partition_counts, subscriptions)
+    strangers = sorted(set(assigned) - set(subscriptions))
+    if strangers:  # the coordinator would refuse an assignment naming non-members
+        log.warning("assignor %r assigned to %d id(s) not in the group (e.g. %s); dropped",
+                    assignor.name, len(strangers), strangers[0])  # fmt: skip
+        assigned = {m: tps for m, tps in assigned.items() if m in subscriptions}
     if assignor.rebalance_protocol == COOPERATIVE:
         check_cooperative(assignor.name, subscriptions, assigned)
     return {m: encode_assignment(tps) for m, tps in assigned.items()}

@@ -195,14 +195,19 @@ class GroupOffsets:
         """Apply offsets already written, with no commit in flight to track (a reload)."""
         self.offsets.update(offsets)
 
-    def commits_in_flight(self, partitions: Iterable[TopicPartition] | None = None) -> bool:
-        """Whether a commit of any of ``partitions`` (None: any) is being written. A fetch
-        of committed offsets waits for those: a member that gave a partition up with a
-        commit and got it back must not read the offset from before its own commit."""
-        in_flight = self._partitions_in_flight()
-        if partitions is None:
-            return bool(in_flight)
-        return any(tuple(tp) in in_flight for tp in partitions)
+    def commits_in_flight(self, partitions: Iterable[TopicPartition] | None = None) -> set[int]:
+        """The ids of the commits of any of ``partitions`` (None: any) being written now. A
+        fetch of committed offsets waits for those (not for later ones): a member that gave
+        a partition up with a commit and got it back must not read the offset from before
+        its own commit."""
+        wanted = None if partitions is None else {tuple(tp) for tp in partitions}
+        return {
+            commit_id for commit_id, offsets in self._commits_in_flight.items()
+            if wanted is None or wanted & offsets.keys()
+        }  # fmt: skip
+
+    def commits_ended(self, commit_ids: Iterable[int]) -> bool:
+        return not any(c in self._commits_in_flight for c in commit_ids)
 
     def _partitions_in_flight(self) -> set[TopicPartition]:
         return {tp for offsets in self._commits_in_flight.values() for tp in offsets}

@@ -262,6 +262,7 @@ class FakeCoordinator:
 
     def fetch_offsets(self, ref, group_id, partitions=None) -> None:
         group = self.groups.get(group_id)
+        # The actor waits for the commits in flight at the call; here, for any of them.
         if group is not None and group.commits_in_flight(partitions):
             self.fetches.append((ref, group_id, partitions))  # answered after those writes
             return

@@ -654,3 +654,80 @@ def test_a_commit_made_while_the_members_join_answer_waits_is_made_in_the_new_ge
     assert not [kind for kind, _ in a.listener.events if kind == "lost"]
     offsets = world.coordinator.groups["g"].offsets
     assert {offsets[(tp.topic, tp.partition)].offset for tp in a.assignment_set()} == {4}
+
+
+@pytest.mark.parametrize("leave", ["unsubscribe", "close"])
+def test_a_listener_may_close_or_unsubscribe_its_consumer(leave):
+    world = World()
+    a = world.add()
+    done = []
+
+    def go(assigned):
+        getattr(a, leave)() if leave == "unsubscribe" else a.member.close()
+        done.append(leave)
+
+    a.listener.on_assigned = go
+    for _ in range(5):
+        if not done:
+            a.poll()
+    assert done == [leave]
+
+
+def test_an_async_commit_callback_that_reads_a_position_runs_once():
+    world = World()
+    c = world.add()
+    world.settle()
+    partition = next(iter(tps(0)))
+    c.read(3)
+    calls = []
+
+    def callback(offsets, error):
+        calls.append(error)
+        if c._partitions[partition].position is None:
+            c._resolve_positions()  # what Consumer.position() does
+
+    world.coordinator.hold_writes = True
+    c.commit(asynchronous=True, callback=callback)
+    c._partitions[partition].position = None  # handed back meanwhile: to be resolved
+    world.coordinator.hold_writes = False
+    world.coordinator.finish_writes()
+    c.member.poll()
+    assert calls == [None]
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_subscribed_topic_created_after_the_assignment_gets_assigned(static):
+    """The leader notes subscribed topics that do not exist yet as empty, so it rebalances
+    once they do; a static leader that took over while the topic was created too."""
+    world = World(topics={"t": 2}, metadata_max_age_ms=1000)
+    if not static:
+        world.add(topics=["t", "u"])
+        world.settle()
+        world.metadata.topics["u"] = 2
+    else:
+        c0 = world.add(topics=["t", "u"], instance="i0")
+        c1 = world.add(topics=["t", "u"], instance="i1")
+        world.settle()
+        old = c0 if c0.member.member_id == world.coordinator.groups["g"].leader_id else c1
+        world.consumers.remove(old)  # the leader's process dies without a word
+        world.metadata.topics["u"] = 2
+        world.add(topics=["t", "u"], instance=old.member.group_instance_id)
+    for _ in range(60):
+        world.step()
+    assert world.owned() == tps(0, 1) | tps(0, 1, topic="u")
+
+
+def test_an_assignor_naming_ids_outside_the_group_is_trimmed_so_the_group_settles():
+    from rafka.clients.assignors import RangeAssignor
+
+    class Extra(RangeAssignor):
+        name = "extra"
+
+        def assign(self, counts, subscriptions):
+            return {**super().assign(counts, subscriptions), "departed-member": []}
+
+    world = World(strategy=[Extra()])
+    world.add()
+    world.add()
+    world.settle()
+    assert world.owned() == tps(0, 1, 2, 3)
