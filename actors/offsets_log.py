@@ -33,7 +33,7 @@ import ray
 
 from rafka.actors.handles import as_array
 from rafka.actors.placement import CONTROLLER_NAME, replica_name
-from rafka.cluster.coordinator_fencing import Claim, CoordinatorFenced, CoordinatorFencing
+from rafka.cluster.coordinator_fencing import Claim, CoordinatorFencing
 from rafka.cluster.group_types import CommittedOffset
 from rafka.cluster.metadata import NO_LEADER
 from rafka.cluster.offsets_records import (
@@ -47,6 +47,7 @@ from rafka.cluster.offsets_records import (
 )
 from rafka.cluster.topics import CONSUMER_OFFSETS
 from rafka.errors import (
+    CoordinatorFenced,
     CoordinatorNotAvailable,
     InvalidProducerEpoch,
     OutOfOrderSequence,

@@ -59,7 +59,12 @@ import logging
 import secrets
 from typing import Callable, NamedTuple
 
-from rafka.errors import CoordinatorLoadInProgress, NotCoordinator, RafkaError
+from rafka.errors import (
+    CoordinatorEpochExhausted,
+    CoordinatorFenced,
+    CoordinatorLoadInProgress,
+    RafkaError,
+)
 from rafka.storage import record_batch as rb
 from rafka.storage.producer_state import INTERNAL_PRODUCER_IDS_FROM
 
@@ -80,16 +85,6 @@ MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 def coordinator_producer_id(shard: int) -> int:
     return COORDINATOR_PRODUCER_ID_BASE + shard
-
-
-class CoordinatorFenced(NotCoordinator):
-    """A later incarnation of this group coordinator has taken over its partition of
-    __consumer_offsets, so this one may no longer write there. Clients find the coordinator
-    again (NotCoordinator's errno), which reaches the current incarnation."""
-
-
-class CoordinatorEpochExhausted(RafkaError):
-    """A coordinator shard has used every producer epoch its writes can carry."""
 
 
 class Claim(NamedTuple):

@@ -276,6 +276,16 @@ class NotCoordinator(RafkaError):
     retriable = True
 
 
+class CoordinatorFenced(NotCoordinator):
+    """A later incarnation of this group coordinator has taken over its partition of
+    __consumer_offsets, so this one may no longer write there. Clients find the coordinator
+    again (NotCoordinator's errno), which reaches the current incarnation."""
+
+
+class CoordinatorEpochExhausted(RafkaError):
+    """A coordinator shard has used every producer epoch its writes can carry."""
+
+
 class IllegalGeneration(RafkaError):
     """A heartbeat, sync or commit came from an older generation of the group: the member
     missed a rebalance and must rejoin."""
@@ -403,6 +413,8 @@ __all__ = [
     "CoordinatorLoadInProgress",
     "CoordinatorNotAvailable",
     "NotCoordinator",
+    "CoordinatorFenced",
+    "CoordinatorEpochExhausted",
     "IllegalGeneration",
     "InconsistentGroupProtocol",
     "InvalidGroupId",

@@ -13,14 +13,15 @@ import pytest
 
 from rafka.actors.offsets_log import RECORDS_PER_BATCH, OffsetsLog
 from rafka.actors.replica_produce import split_batches
-from rafka.cluster.coordinator_fencing import (
-    MAX_PRODUCER_EPOCH,
+from rafka.cluster.coordinator_fencing import MAX_PRODUCER_EPOCH, coordinator_producer_id
+from rafka.cluster.offsets_records import EPOCH_MARKER, offset_key, offset_value
+from rafka.errors import (
     CoordinatorEpochExhausted,
     CoordinatorFenced,
-    coordinator_producer_id,
+    CoordinatorNotAvailable,
+    NotLeaderOrFollower,
+    RafkaError,
 )
-from rafka.cluster.offsets_records import EPOCH_MARKER, offset_key, offset_value
-from rafka.errors import CoordinatorNotAvailable, NotLeaderOrFollower, RafkaError
 from rafka.storage import record_batch as rb
 from rafka.storage.compaction import compact
 from rafka.storage.config import LogConfig

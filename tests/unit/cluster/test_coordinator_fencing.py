@@ -10,14 +10,14 @@ import pytest
 from rafka.cluster.coordinator_fencing import (
     COORDINATOR_PRODUCER_ID_BASE,
     MAX_PRODUCER_EPOCH,
-    CoordinatorEpochExhausted,
-    CoordinatorFenced,
     CoordinatorFencing,
     Phase,
     coordinator_producer_id,
 )
 from rafka.cluster.controller import PRODUCER_ID_BLOCK
 from rafka.errors import (
+    CoordinatorEpochExhausted,
+    CoordinatorFenced,
     CoordinatorLoadInProgress,
     InvalidProducerEpoch,
     NotCoordinator,
