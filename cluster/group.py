@@ -66,7 +66,6 @@ from rafka.errors import (
     IllegalGeneration,
     InvalidGroupId,
     InvalidSessionTimeout,
-    NonEmptyGroup,
     RafkaError,
     RebalanceInProgress,
     UnknownMemberId,
@@ -438,23 +437,6 @@ class Group(GroupOffsets, StaticMembership):
                 del self._takeovers[member.group_instance_id]  # nothing left to answer or undo
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
-
-    # -- offsets -------------------------------------------------------------------------------
-
-    def mark_dead(self, now: int) -> None:
-        """The group is being deleted (or forgotten): it refuses joins and commits with
-        CoordinatorNotAvailable, a retriable error, until it is gone or revived."""
-        if self.members:
-            raise NonEmptyGroup(
-                f"group {self.group_id} is {self.state.value} with {len(self.members)} "
-                "member(s); stop its consumers before deleting it"
-            )
-        self._transition(GroupState.DEAD, now)
-
-    def revive(self, now: int) -> None:
-        """Writing the group's deletion failed, so nothing was deleted: the same group is
-        Empty again, with its offsets and the commits still being written."""
-        self._transition(GroupState.EMPTY, now)
 
     # -- checks --------------------------------------------------------------------------------
 

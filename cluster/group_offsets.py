@@ -42,7 +42,8 @@ class GroupOffsets:
     ``members``, ``generation``, ``protocol_type``, ``protocol``, ``config``,
     ``state_changed_ms``) and its checks ``_member`` and ``_check_generation``; it changes
     ``offsets``, the commits in flight (``_commits_in_flight``: commit id -> offsets, ids
-    from ``_commit_ids``) and the partitions members may commit."""
+    from ``_commit_ids``) and the partitions members may commit, and marks the group Dead
+    while it is deleted."""
 
     group_id: str
     config: "GroupConfig"
@@ -61,6 +62,27 @@ class GroupOffsets:
         def _member(self, member_id: str, group_instance_id: str | None) -> "Member": ...
 
         def _check_generation(self, generation: int, member_id: str) -> None: ...
+
+        def _transition(self, to: GroupState, now: int) -> None: ...
+
+    # -- deletion --------------------------------------------------------------------------------
+
+    def mark_dead(self, now: int) -> None:
+        """The group is being deleted (or forgotten): it refuses joins and commits with
+        CoordinatorNotAvailable, a retriable error, until it is gone or revived."""
+        if self.members:
+            raise NonEmptyGroup(
+                f"group {self.group_id} is {self.state.value} with {len(self.members)} "
+                "member(s); stop its consumers before deleting it"
+            )
+        self._transition(GroupState.DEAD, now)
+
+    def revive(self, now: int) -> None:
+        """Writing the group's deletion failed, so nothing was deleted: the same group is
+        Empty again, with its offsets and the commits still being written."""
+        self._transition(GroupState.EMPTY, now)
+
+    # -- commits ---------------------------------------------------------------------------------
 
     def check_commit(
         self,
