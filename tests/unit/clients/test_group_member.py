@@ -253,26 +253,13 @@ def test_a_custom_cooperative_assignor_that_moves_a_partition_in_one_round_is_re
     world.check_one_owner()
 
 
-def test_a_join_that_gets_no_answer_is_given_up_at_its_deadline():
+@pytest.mark.parametrize("call, waiting", [("join_group", JOINING), ("sync_group", SYNCING)])
+def test_a_join_or_sync_that_gets_no_answer_is_given_up_at_its_deadline(call, waiting):
     world = World()
-    world.coordinator.lost = {"join_group"}
+    world.coordinator.lost = {call}
     a = world.add()
     a.poll()
-    assert a.member.state == JOINING
-    world.clock.now += a.member._answer_timeout_s() + 1
-    world.coordinator.lost = set()
-    a.poll()
-    a.poll()
-    world.settle()
-    assert a.member.stable
-
-
-def test_a_sync_that_gets_no_answer_is_given_up_at_its_deadline():
-    world = World()
-    world.coordinator.lost = {"sync_group"}
-    a = world.add()
-    a.poll()
-    assert a.member.state == SYNCING
+    assert a.member.state == waiting
     world.clock.now += a.member._answer_timeout_s() + 1
     world.coordinator.lost = set()
     world.settle()
