@@ -127,14 +127,15 @@ class GroupOffsets:
             )
         self._check_generation(generation, member_id)
         if member.owned_partitions is not None and member.assigned_partitions is not None:
+            # Usually everything committed is in its assignment; only the rest is looked at.
             # What it declared owned but another member was given is not its own any more
             # (a stale claim), even in the generation of the claim.
+            rest = set(offsets) - member.assigned_partitions
             given_away = set().union(*(
-                m.assigned_partitions for m in self.members.values()
+                m.assigned_partitions & rest for m in self.members.values()
                 if m is not member and m.assigned_partitions
-            ))  # fmt: skip
-            allowed = member.assigned_partitions | (member.owned_partitions - given_away)
-            foreign = sorted(set(offsets) - allowed)
+            )) if rest else set()  # fmt: skip
+            foreign = sorted(rest - (member.owned_partitions - given_away))
             if foreign:
                 names = ", ".join(f"{t}-{p}" for t, p in foreign)
                 raise CommitFailed(
