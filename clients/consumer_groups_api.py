@@ -163,17 +163,24 @@ class GroupConsumerMixin:
         """Give up every partition (listener told) and leave the group."""
         self._check_open()
         if self._member is not None:
-            owned = self.owned()
-            if owned:
-                lost = not self._member.in_generation()
-                if not lost:
-                    self.commit_consumed()
-                self.revoke(owned, lost=lost)
+            self._leave_prepare()
             self._member.close()
             self._member = None
         self._subscription = []
         self._pattern = None
         self._partitions = {}
+
+    def _leave_prepare(self) -> None:
+        """Kafka's onLeavePrepare: give every partition up before leaving, committing
+        first (auto-commit) while still in a generation; a member out of the group reports
+        them lost instead (they may be another member's now)."""
+        owned = self.owned()
+        if not owned:
+            return
+        lost = not self._member.in_generation()
+        if not lost:
+            self.commit_consumed()
+        self.revoke(owned, lost=lost)
 
     # -- hooks for GroupMember -----------------------------------------------------------------
 
@@ -345,18 +352,10 @@ class GroupConsumerMixin:
 
     def _close_group(self) -> None:
         if self._member is not None:
-            owned = self.owned()
-            if owned:
-                lost = not self._member.in_generation()
-                if not lost:
-                    self.commit_consumed()
-                try:
-                    if lost:  # out of the group: they may be another member's now (Kafka's
-                        self._listener.on_partitions_lost(owned)  # onLeavePrepare)
-                    else:
-                        self._listener.on_partitions_revoked(owned)
-                except Exception:  # closing goes on; the error is the listener's
-                    log.exception("group %s: the rebalance listener failed", self.group_id)
+            try:
+                self._leave_prepare()
+            except Exception:  # closing goes on; the error is the listener's
+                log.exception("group %s: the rebalance listener failed", self.group_id)
             self._member.close()
         elif self.enable_auto_commit and self._consumed():
             try:
