@@ -20,21 +20,36 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
                                                        node (a new one after a node restart)
     replica_nodes {node, replicas: [[topic_id,         these replicas run on this Ray node
                    partition, broker_id], ...]}        with their log intact (created, or seen)
+    fenced      {broker_id, fenced}                    a broker was fenced (missed its
+                                                       heartbeats) or came back
+    controller  {epoch}                                a controller process took over the log
+    settings    {settings}                             the cluster settings now in force
+    request     {request_id, kind}                     an admin request was carried out (its
+                                                       retry is answered, not redone)
 
 Replica epochs play the part of KRaft's broker epochs, per replica: a number the controller
 hands a replica each time it starts, from one counter that only grows and is persisted here,
 so neither a clock that steps back nor a controller restart can make a replica that lost data
 look like the one that caught up (KIP-903).
+
+``check`` runs the records of one append against the image before they are written: a record
+that could not be applied (a partition of a topic deleted meanwhile, a malformed state) is
+refused then, never written, so the log always replays.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
-from rafka.errors import UnknownTopicOrPartition
+from rafka.errors import InvalidRecord, UnknownTopicOrPartition
 
 NO_LEADER = -1
+
+#: Admin request ids remembered for answering retries (oldest forgotten first). A retry
+#: comes within seconds of its first attempt; this covers thousands of requests since.
+REMEMBERED_REQUESTS = 4096
 
 
 #: A replica's log as it reported it at an unclean restart: (last leader epoch, log end offset).
@@ -136,6 +151,12 @@ class MetadataImage:
         # creation): see ``rafka.cluster.node_restarts``.
         self.broker_nodes: dict[int, str] = {}
         self.replica_nodes: dict[tuple[str, int, int], str] = {}
+        self.fenced_brokers: set[int] = set()
+        # Grows by one each time a controller process opens the log; replicas refuse
+        # states from an older one (another controller took over since).
+        self.controller_epoch = 0
+        self.settings: dict[str, Any] = {}
+        self.requests: OrderedDict[str, str] = OrderedDict()  # request id -> kind, oldest first
         self.offset = -1
 
     # -- reading -------------------------------------------------------------------------------
@@ -204,6 +225,19 @@ class MetadataImage:
         elif kind == "replica_nodes":
             for topic_id, partition, broker_id in record["replicas"]:
                 self.replica_nodes[(topic_id, partition, broker_id)] = record["node"]
+        elif kind == "fenced":
+            if record["fenced"]:
+                self.fenced_brokers.add(record["broker_id"])
+            else:
+                self.fenced_brokers.discard(record["broker_id"])
+        elif kind == "controller":
+            self.controller_epoch = max(self.controller_epoch, record["epoch"])
+        elif kind == "settings":
+            self.settings = dict(record["settings"])
+        elif kind == "request":
+            self.requests[record["request_id"]] = record["kind"]
+            while len(self.requests) > REMEMBERED_REQUESTS:
+                self.requests.popitem(last=False)
         else:
             raise ValueError(f"unknown metadata record type {kind!r} at offset {offset}")
         self.offset = offset
@@ -236,4 +270,68 @@ class MetadataImage:
         for key, node in self.replica_nodes.items():
             by_node.setdefault(node, []).append(list(key))
         out.extend({"type": "replica_nodes", "node": n, "replicas": r} for n, r in by_node.items())
+        out.extend({"type": "fenced", "broker_id": b, "fenced": True}
+                   for b in sorted(self.fenced_brokers))  # fmt: skip
+        out.append({"type": "controller", "epoch": self.controller_epoch})
+        out.append({"type": "settings", "settings": self.settings})
+        out.extend({"type": "request", "request_id": r, "kind": k} for r, k in self.requests.items())
         return out
+
+    # -- checking ------------------------------------------------------------------------------
+
+    def check(self, records: Iterable[dict[str, Any]]) -> None:
+        """Refuse (InvalidRecord) records that could not all be applied, in order, to this
+        image: one naming a topic that does not exist (or no longer does), a partition
+        state breaking its invariants, an unknown type. Nothing is changed."""
+        topics = {t: set(topic.partitions) for t, topic in self.topics.items()}
+        names = dict(self.topic_ids)
+        for record in records:
+            kind = record.get("type")
+            topic_id = record.get("topic_id")
+            if kind == "topic":
+                if topic_id in topics or record["name"] in names:
+                    raise InvalidRecord(f"topic {record['name']!r} ({topic_id}) already exists")
+                topics[topic_id] = set()
+                names[record["name"]] = topic_id
+            elif kind in ("partition", "config", "delete", "replica_epoch"):
+                if topic_id not in topics:
+                    raise InvalidRecord(
+                        f"a {kind} record names topic id {topic_id}, which does not exist"
+                    )
+                if kind == "partition":
+                    _check_partition(PartitionState.from_record(record))
+                    topics[topic_id].add(record["partition"])
+                elif kind == "replica_epoch" and record["partition"] not in topics[topic_id]:
+                    raise InvalidRecord(
+                        f"a replica epoch for partition {record['partition']} of topic id "
+                        f"{topic_id}, which has no such partition"
+                    )
+                elif kind == "delete":
+                    del topics[topic_id]
+                    names = {n: t for n, t in names.items() if t != topic_id}
+            elif kind == "replica_nodes":
+                missing = [k for k in record["replicas"] if k[0] not in topics]
+                if missing:
+                    raise InvalidRecord(f"replica nodes recorded for unknown topics: {missing}")
+            elif kind not in _OTHER_KINDS:
+                raise InvalidRecord(f"unknown metadata record type {kind!r}")
+
+
+_OTHER_KINDS = frozenset({
+    "broker", "producer_ids", "replica_epochs", "broker_node", "fenced", "controller",
+    "settings", "request",
+})  # fmt: skip
+
+
+def _check_partition(p: PartitionState) -> None:
+    """PartitionState's invariants (see its docstring), as InvalidRecord."""
+    where = f"partition {p.partition}"
+    if not p.replicas or len(set(p.replicas)) != len(p.replicas):
+        raise InvalidRecord(f"{where}: replica list {p.replicas} is empty or repeats a broker")
+    if not p.isr or any(b not in p.replicas for b in p.isr):
+        raise InvalidRecord(f"{where}: ISR {p.isr} is empty or not within {p.replicas}")
+    if p.leader != NO_LEADER and p.leader not in p.isr:
+        raise InvalidRecord(f"{where}: leader {p.leader} is not in the ISR {p.isr}")
+    if any(b not in p.replicas for b in p.adding + p.removing + p.elr):
+        raise InvalidRecord(f"{where}: adding, removing or eligible replicas outside "
+                            f"{p.replicas}")  # fmt: skip

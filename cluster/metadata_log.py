@@ -4,10 +4,17 @@ The log is an ordinary rafka partition log (``__cluster_metadata-0`` in the cont
 directory), one record per batch value, each append flushed before it is acknowledged. Every
 ``snapshot_every`` records the whole image is written to ``metadata.snapshot`` (atomically)
 and the log below it is deleted, so opening costs one snapshot plus a bounded replay.
+
+One process at a time: opening takes the directory's lock (``DirectoryLock``) and holds it
+until ``close``. Records are checked against the image before they are written
+(``MetadataImage.check``), so a record that could not be applied never reaches the disk and
+the log always replays. A snapshot that fails is logged and retried at the next append: the
+records it follows are already durable.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Callable
 
@@ -18,10 +25,14 @@ from rafka.errors import CorruptRecord
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import write_atomically
 from rafka.storage.config import LogConfig
+from rafka.storage.directory_lock import DirectoryLock
 from rafka.storage.log import Log, now_ms
 
 LOG_DIR = "__cluster_metadata-0"
 SNAPSHOT_FILE = "metadata.snapshot"
+#: How long opening waits for another process to release the directory, s.
+LOCK_TIMEOUT_S = 60.0
+log = logging.getLogger(__name__)
 # Infinite retention: only a snapshot moves the log start.
 _LOG_CONFIG = LogConfig.from_dict({"retention.ms": -1, "segment.bytes": 8 * 1024 * 1024})
 
@@ -30,16 +41,25 @@ class MetadataLog:
     """Owns the image; ``append`` makes records durable, then applies them."""
 
     def __init__(
-        self, directory: str, snapshot_every: int = 10_000, clock: Callable[[], int] = now_ms
-    ) -> None:
+        self, directory: str, snapshot_every: int = 10_000, clock: Callable[[], int] = now_ms,
+        lock_timeout_s: float = LOCK_TIMEOUT_S,
+    ) -> None:  # fmt: skip
         self.directory = directory
         self.snapshot_every = snapshot_every
         self.clock = clock
-        self.log = Log(os.path.join(directory, LOG_DIR), _LOG_CONFIG, clock)
-        self.image = MetadataImage()
-        self._since_snapshot = 0
-        start = self._load_snapshot()
-        self._replay(max(start, self.log.log_start_offset))
+        self.lock = DirectoryLock(directory)
+        self.lock.acquire(lock_timeout_s, on_wait=lambda holder: log.warning(
+            "metadata directory %s is locked by %s; waiting for it to stop", directory, holder
+        ))  # fmt: skip
+        try:
+            self.log = Log(os.path.join(directory, LOG_DIR), _LOG_CONFIG, clock)
+            self.image = MetadataImage()
+            self._since_snapshot = 0
+            start = self._load_snapshot()
+            self._replay(max(start, self.log.log_start_offset))
+        except BaseException:
+            self.lock.release()
+            raise
         # Every record on disk was acknowledged only after its flush: all of it is committed.
         self.log.update_high_watermark(self.log.log_end_offset)
 
@@ -49,6 +69,15 @@ class MetadataLog:
             with open(path, "rb") as f:
                 blob = f.read()
         except FileNotFoundError:
+            if self.log.log_start_offset > 0:
+                # The records below the log start are only in a snapshot: without it the
+                # image would be missing topics, and replicas checking in would be told they
+                # do not exist and delete their data.
+                raise CorruptRecord(
+                    f"metadata snapshot {path} is missing but the metadata log starts at "
+                    f"offset {self.log.log_start_offset}: the records before it are lost; "
+                    "restore the snapshot file from a backup"
+                ) from None
             return 0
         try:
             snapshot = msgpack.unpackb(blob)
@@ -72,9 +101,11 @@ class MetadataLog:
                 offset = batch.header.next_offset
 
     def append(self, records: list[dict[str, Any]]) -> None:
-        """Make ``records`` durable (one batch, fsynced) and apply them, in order."""
+        """Make ``records`` durable (one batch, fsynced) and apply them, in order. Records
+        that could not all be applied raise InvalidRecord and are not written."""
         if not records:
             return
+        self.image.check(records)
         values = [msgpack.packb(r) for r in records]
         info = self.log.append_as_leader(rb.encode_batch(values, timestamps=self.clock()), 0)
         self.log.flush()
@@ -83,7 +114,10 @@ class MetadataLog:
             self.image.apply(record, offset)
         self._since_snapshot += len(records)
         if self._since_snapshot >= self.snapshot_every:
-            self.snapshot()
+            try:
+                self.snapshot()
+            except Exception:  # the records are durable; the next append tries again
+                log.exception("metadata snapshot of %s failed", self.directory)
 
     def snapshot(self) -> None:
         next_offset = self.log.log_end_offset
@@ -92,5 +126,12 @@ class MetadataLog:
         self.log.delete_records(next_offset)
         self._since_snapshot = 0
 
+    def abandon(self) -> None:
+        """Drop the files as a crashed process does: nothing flushed or marked clean, the
+        directory lock released (the kernel releases it when the process dies)."""
+        self.log.abandon()
+        self.lock.release()
+
     def close(self) -> None:
         self.log.close()
+        self.lock.release()

@@ -57,6 +57,9 @@ def broker_seen_on(image: MetadataImage, broker_id: int, node: str) -> tuple[str
 def replicas_seen_on(image: MetadataImage, node: str, keys: Iterable[ReplicaKey]) -> Records:
     """Replicas found running with their logs on ``node`` (created there, or already checked
     in: a replica still waiting to check in is never reported here); only the ones not
-    already recorded there."""
-    replicas = [list(k) for k in keys if image.replica_nodes.get(k) != node]
+    already recorded there, and of topics that still exist (one may have been deleted while
+    its replicas were being created)."""
+    replicas = [
+        list(k) for k in keys if k[0] in image.topics and image.replica_nodes.get(k) != node
+    ]
     return [{"type": "replica_nodes", "node": node, "replicas": replicas}] if replicas else []

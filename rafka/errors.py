@@ -224,6 +224,19 @@ class IneligibleReplica(RafkaError):
     retriable = True
 
 
+class NoReassignmentInProgress(RafkaError):
+    """A reassignment was cancelled for a partition that is not being reassigned."""
+
+    errno = 85
+
+
+class StaleControllerEpoch(RafkaError):
+    """A request came from a controller older than one the replica already heard from:
+    another controller has taken over since."""
+
+    errno = 11
+
+
 class ElectionNotNeeded(RafkaError):
     """A preferred-leader election was asked for a partition already led by its preferred
     replica."""
@@ -407,6 +420,8 @@ __all__ = [
     "InvalidUpdateVersion",
     "IneligibleReplica",
     "ElectionNotNeeded",
+    "NoReassignmentInProgress",
+    "StaleControllerEpoch",
     "PreferredLeaderNotAvailable",
     "EligibleLeadersNotAvailable",
     "OffsetMetadataTooLarge",

@@ -11,7 +11,7 @@ import pytest
 
 from rafka.cluster import controller
 from rafka.cluster.metadata_log import LOG_DIR, SNAPSHOT_FILE, MetadataLog
-from rafka.errors import CorruptRecord
+from rafka.errors import CorruptRecord, InvalidRecord, KafkaStorageError
 
 BROKERS = [0, 1, 2]
 
@@ -106,7 +106,7 @@ def test_records_survive_reopen_without_a_clean_close(open_mlog, tmp_path):
     mlog = open_mlog()
     build_cluster(mlog)
     before = content(mlog)
-    mlog.log.abandon()
+    mlog.abandon()
     assert content(open_mlog()) == before
 
 
@@ -164,7 +164,7 @@ def test_appending_after_reopen_from_a_crash_snapshots_as_usual(open_mlog):
     """After an unclean shutdown the next appends (and the snapshots they trigger) work."""
     mlog = open_mlog(snapshot_every=3)
     build_cluster(mlog)
-    mlog.log.abandon()
+    mlog.abandon()
     mlog = open_mlog(snapshot_every=3)
     start = mlog.log.log_start_offset
     mlog.append(controller.create_topic(mlog.image, "after", 1, 1, None, BROKERS)[1])
@@ -180,7 +180,7 @@ def test_snapshot_right_after_reopening_from_a_crash_works(open_mlog):
     """snapshot() directly after an unclean reopen captures the replayed image."""
     mlog = open_mlog()
     build_cluster(mlog)
-    mlog.log.abandon()
+    mlog.abandon()
     mlog = open_mlog()
     before = content(mlog)
     mlog.snapshot()
@@ -270,3 +270,65 @@ def test_a_snapshot_with_malformed_records_raises_corrupt_record_naming_the_file
     path.write_bytes(msgpack.packb({"next_offset": 1, "records": records}))
     with pytest.raises(CorruptRecord, match=str(path)):
         open_mlog()
+
+
+def test_a_missing_snapshot_with_a_log_start_past_zero_is_refused_as_corrupt(open_mlog, tmp_path):
+    """The records below the log start live only in the snapshot: without it the image would
+    lack topics, and replicas checking in would be told to delete their data."""
+    mlog = open_mlog(snapshot_every=3)
+    build_cluster(mlog)
+    assert mlog.log.log_start_offset > 0
+    mlog.close()
+    os.remove(os.path.join(tmp_path, SNAPSHOT_FILE))
+    with pytest.raises(CorruptRecord, match="missing"):
+        open_mlog()
+
+
+def test_a_second_process_cannot_open_a_metadata_directory_in_use(open_mlog, tmp_path):
+    """Two controllers appending to one log would each lose the other's records on replay:
+    the directory lock refuses the second until the first is gone."""
+    first = open_mlog()
+    with pytest.raises(KafkaStorageError, match="locked by process"):
+        MetadataLog(str(tmp_path), lock_timeout_s=0.3)
+    first.abandon()  # the holder dies
+    second = MetadataLog(str(tmp_path), lock_timeout_s=0.3)
+    second.close()
+
+
+def test_a_record_that_could_not_be_applied_is_refused_before_it_is_written(open_mlog):
+    """A state for a partition of a deleted topic (a decision made on a stale copy) raises
+    InvalidRecord and leaves the log and the image as they were, so the log still replays."""
+    mlog = open_mlog()
+    build_cluster(mlog)
+    stale = mlog.image.topic("t1")
+    state = stale.partitions[0]
+    mlog.append(controller.delete_topic(mlog.image, "t1")[1])
+    end, before = mlog.log.log_end_offset, content(mlog)
+    with pytest.raises(InvalidRecord, match="does not exist"):
+        mlog.append([state.to_record(stale.topic_id)])
+    with pytest.raises(InvalidRecord, match="does not exist"):
+        mlog.append(controller.start_replica(mlog.image, stale.topic_id, 0, 1)[1])
+    assert (mlog.log.log_end_offset, content(mlog)) == (end, before)
+    mlog.close()
+    assert content(open_mlog()) == before
+
+
+def test_a_failed_snapshot_is_retried_and_does_not_fail_the_append(open_mlog, monkeypatch):
+    """The records a snapshot follows are already durable: its failure is logged, the append
+    succeeds, and the next append snapshots again."""
+    mlog = open_mlog(snapshot_every=2)
+    real = MetadataLog.snapshot
+    calls = []
+
+    def failing(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        real(self)
+
+    monkeypatch.setattr(MetadataLog, "snapshot", failing)
+    build_cluster(mlog)
+    assert len(calls) >= 2 and mlog.log.log_start_offset > 0
+    before = content(mlog)
+    mlog.close()
+    assert content(open_mlog()) == before
