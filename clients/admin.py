@@ -9,6 +9,7 @@ controller does not send.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Iterable, Mapping
 
 from rafka.clients.admin_groups import GroupAdmin
@@ -72,6 +73,12 @@ def _partition_ids(partitions: Any) -> list[int]:
     return ids
 
 
+def _request_id() -> str:
+    """A new id for one metadata change, sent unchanged on every retry of that call so the
+    controller answers a retry of a change it already made as it answered the first time."""
+    return uuid.uuid4().hex
+
+
 def check_assignment(assignment: Any) -> dict[int, list[int]]:
     """A reassignment ``{partition: [broker ids, preferred leader first]}`` checked and
     normalised (partition keys may be decimal strings, as in a dict read from JSON)."""
@@ -118,14 +125,19 @@ class Admin(GroupAdmin):
         config: dict[str, Any] | None = None,
     ) -> TopicDescription:
         """Create a topic; raises InvalidTopic, TopicAlreadyExists, InvalidPartitions,
-        InvalidReplicationFactor or InvalidConfig naming the rule broken."""
+        InvalidReplicationFactor or InvalidConfig naming the rule broken. The call carries
+        one request id: when the controller restarts during it and the call is sent again,
+        the controller answers as it did the first time (the topic's description, not
+        TopicAlreadyExists for the topic this call created)."""
         return _description(self._gateway.call_controller(
-            "create_topic", name, partitions, replication_factor, config
+            "create_topic", name, partitions, replication_factor, config, False, _request_id()
         ))  # fmt: skip
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and its data on every disk."""
-        self._gateway.call_controller("delete_topic", name)
+        """Delete a topic and its data on every disk. Sent again after a controller restart,
+        the call succeeds as its first attempt did (not UnknownTopicOrPartition for the
+        topic it deleted): it carries one request id."""
+        self._gateway.call_controller("delete_topic", name, _request_id())
         self._metadata.invalidate(name)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
@@ -138,8 +150,11 @@ class Admin(GroupAdmin):
         return [_description(d) for d in self._gateway.call_controller("describe_topics", names)]
 
     def create_partitions(self, name: str, total: int) -> TopicDescription:
-        """Grow topic ``name`` to ``total`` partitions (never shrinks: InvalidPartitions)."""
-        described = self._gateway.call_controller("create_partitions", name, total)
+        """Grow topic ``name`` to ``total`` partitions (never shrinks: InvalidPartitions).
+        Sent again after a controller restart, the call is answered as its first attempt
+        was (not InvalidPartitions because it already grew the topic): it carries one
+        request id."""
+        described = self._gateway.call_controller("create_partitions", name, total, _request_id())
         self._metadata.invalidate(name)
         return _description(described)
 
@@ -221,6 +236,22 @@ class Admin(GroupAdmin):
             raise TypeError(f"topic must be a topic name, got {topic!r}")
         plan = check_assignment(assignment)
         described = self._gateway.call_controller("reassign_partitions", topic, plan)
+        self._metadata.invalidate(topic)
+        return _description(described)
+
+    def cancel_reassignment(
+        self, topic: str, partitions: list[int] | None = None
+    ) -> TopicDescription:
+        """Cancel the reassignment of ``partitions`` of ``topic`` (default: every partition
+        of it being reassigned), as Kafka's alterPartitionReassignments with no target: each
+        goes back to its original replicas, and the replicas the reassignment added are
+        deleted. Raises NoReassignmentInProgress when a named partition is not being
+        reassigned, UnknownTopicOrPartition for a topic or partition that does not exist."""
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a topic name, got {topic!r}")
+        if partitions is not None:
+            partitions = _partition_ids(partitions)
+        described = self._gateway.call_controller("cancel_reassignment", topic, partitions)
         self._metadata.invalidate(topic)
         return _description(described)
 

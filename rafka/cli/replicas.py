@@ -1,6 +1,7 @@
 """``rafka topics elect-leaders`` and ``rafka topics reassign`` (kafka-leader-election.sh and
-kafka-reassign-partitions.sh), and the partition line that ``describe`` prints too: who
-leads a partition, its replicas, its in-sync replicas and a reassignment in progress."""
+kafka-reassign-partitions.sh, --cancel too), and the partition line that ``describe`` prints
+too: who leads a partition, its replicas, its in-sync replicas and a reassignment in
+progress."""
 
 from __future__ import annotations
 
@@ -37,24 +38,32 @@ def add_elect_leaders(actions: argparse._SubParsersAction) -> None:
 
 def add_reassign(actions: argparse._SubParsersAction) -> None:
     reassign = actions.add_parser(
-        "reassign", help="move partitions to other brokers",
+        "reassign", help="move partitions to other brokers, or cancel a move",
         description="Give partitions new replica sets (preferred leader first), as "
         "kafka-reassign-partitions.sh --execute: either --partition P --replicas B1,B2,... "
         "pairs for topic NAME, or --plan FILE.json in Kafka's format "
         '{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [1, 2, 3]}]} '
         "(NAME optional; '-' reads stdin). The new replicas copy the log in the background; "
-        "`rafka topics describe NAME` shows Adding/Removing Replicas until they are in sync.",
+        "`rafka topics describe NAME` shows Adding/Removing Replicas until they are in sync. "
+        "NAME --cancel [--partition P ...] cancels a reassignment in progress, as "
+        "kafka-reassign-partitions.sh --cancel: the partitions (default: every partition of "
+        "NAME being reassigned) go back to their original replicas and the replicas the "
+        "reassignment added are deleted.",
     )  # fmt: skip
     reassign.add_argument("name", metavar="NAME", nargs="?",
                           help="the topic (optional with --plan)")  # fmt: skip
     reassign.add_argument("--partition", type=non_negative_int, action="append", metavar="P",
                           help="a partition to move; pairs with the --replicas in the same "
-                          "position (repeatable)")  # fmt: skip
+                          "position (repeatable); with --cancel, a partition whose "
+                          "reassignment to cancel")  # fmt: skip
     reassign.add_argument("--replicas", type=broker_ids, action="append", metavar="B1,B2,...",
                           help="the broker ids of the partition's new replica set, preferred "
                           "leader first")  # fmt: skip
     reassign.add_argument("--plan", type=reassignment_plan, metavar="FILE.json",
                           help="a reassignment plan in Kafka's JSON format ('-': stdin)")
+    reassign.add_argument("--cancel", action="store_true",
+                          help="cancel the reassignment of NAME's partitions (all, or those "
+                          "given with --partition): back to their original replicas")
     reassign.set_defaults(handler=_reassign, usage_error=reassign.error)
     add_connection_options(reassign)
 
@@ -231,6 +240,8 @@ def election_report(results: Sequence[Any]) -> tuple[list[str], int]:
 
 
 def _reassign(args: argparse.Namespace) -> int:
+    if args.cancel:
+        return _cancel_reassignment(args)
     plan = reassign_request(args)
     with connected(args) as cluster:
         admin = cluster.admin()
@@ -245,6 +256,52 @@ def _reassign(args: argparse.Namespace) -> int:
     print(f"the new replicas catch up in the background; `rafka topics describe {names}` "
           "shows Adding/Removing Replicas until they are in sync", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _cancel_reassignment(args: argparse.Namespace) -> int:
+    partitions = cancel_request(args)
+    with connected(args) as cluster:
+        described = cluster.admin().cancel_reassignment(args.name, partitions)
+    if partitions is None:
+        print(f"cancelled the reassignments of topic {args.name!r}; its partitions:",
+              file=args.out)  # fmt: skip
+    else:
+        print(f"cancelled the reassignment of {len(partitions)} partition(s) of topic "
+              f"{args.name!r}:", file=args.out)  # fmt: skip
+    args.out.write("".join(
+        partition_line(partition_fields(p)) + "\n"
+        for p in described.partitions if partitions is None or p.partition in partitions
+    ))  # fmt: skip
+    print("the partitions are back on their original replicas; the replicas the "
+          "reassignment added are deleted", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cancel_request(args: argparse.Namespace) -> list[int] | None:
+    """The partitions ``--cancel`` names (None: every partition of NAME being reassigned);
+    a usage error when --cancel is combined with a new assignment or NAME is missing."""
+    if args.replicas:
+        args.usage_error(
+            "--cancel takes no --replicas: a cancelled reassignment goes back to the replicas "
+            "the partition had before; give --partition P alone to pick partitions"
+        )
+    if args.plan is not None:
+        args.usage_error(
+            "--cancel takes no --plan: a plan starts a reassignment; give NAME --cancel "
+            "[--partition P ...] to cancel one"
+        )
+    if args.name is None:
+        args.usage_error(
+            "the following arguments are required with --cancel: NAME (the topic whose "
+            "reassignment to cancel)"
+        )
+    if not args.partition:
+        return None
+    partitions = list(dict.fromkeys(args.partition))
+    if len(partitions) != len(args.partition):
+        twice = sorted({p for p in args.partition if args.partition.count(p) > 1})
+        args.usage_error(f"partition {', '.join(map(str, twice))} is given twice")
+    return partitions
 
 
 def reassign_request(args: argparse.Namespace) -> dict[str, dict[int, list[int]]]:

@@ -17,7 +17,7 @@ from rafka.cli import main
 from rafka.cli import replicas as replicas_cli
 from rafka.cli import topics as topics_cli
 from rafka.cli.replicas import broker_ids, election_report, parse_plan, partition_line
-from rafka.errors import ElectionNotNeeded, PreferredLeaderNotAvailable
+from rafka.errors import ElectionNotNeeded, NoReassignmentInProgress, PreferredLeaderNotAvailable
 from rafka.types import ElectionResult
 from tests.cli_help import help_without_ray
 
@@ -64,6 +64,22 @@ class FakeController:
                 for p in sorted(plan)
             ]  # fmt: skip
             return {**self._topic(name), "partitions": moved}
+        if method == "cancel_reassignment":
+            name, partitions = args
+            moving = [p["partition"] for p in TOPICS[name] if p["adding"] or p["removing"]]
+            for p in partitions or ():
+                if p not in moving:
+                    raise NoReassignmentInProgress(
+                        f"partition {p} of topic {name!r} is not being reassigned"
+                    )
+            cancelled = [
+                partition(p["partition"], p["leader"], [b for b in p["replicas"]
+                          if b not in p["adding"]], [b for b in p["isr"] if b not in
+                          p["adding"]])
+                if p["partition"] in (partitions or moving) else p
+                for p in TOPICS[name]
+            ]  # fmt: skip
+            return {**self._topic(name), "partitions": cancelled}
         raise AssertionError(f"unexpected controller call {method}")
 
     @staticmethod
@@ -370,6 +386,61 @@ def test_plan_file_that_is_not_json_is_a_usage_error(controller, capsys, tmp_pat
     assert "argument --plan" in err and "is not JSON" in err
 
 
+def test_reassign_cancel_of_every_partition_sends_none_and_prints_the_topic(controller, capsys):
+    """NAME --cancel without --partition cancels every reassignment of the topic; the
+    partitions are printed back on their original replicas."""
+    status, out, err = run(capsys, "topics", "reassign", "orders", "--cancel")
+    assert status == 0, err
+    assert controller.calls == [("cancel_reassignment", ("orders", None))]
+    lines = out.splitlines()
+    assert lines[0] == "cancelled the reassignments of topic 'orders'; its partitions:"
+    assert len(lines) == 4
+    assert lines[3] == "\tPartition: 2\tLeader: 3\tEpoch: 4\tReplicas: 3,1,2\tIsr: 3,1,2"
+    assert "original replicas" in err and "added are deleted" in err
+
+
+def test_reassign_cancel_of_one_partition_prints_only_it(controller, capsys):
+    status, out, err = run(capsys, "topics", "reassign", "orders", "--cancel", "--partition", "2")
+    assert status == 0, err
+    assert controller.calls == [("cancel_reassignment", ("orders", [2]))]
+    assert out.splitlines() == [
+        "cancelled the reassignment of 1 partition(s) of topic 'orders':",
+        "\tPartition: 2\tLeader: 3\tEpoch: 4\tReplicas: 3,1,2\tIsr: 3,1,2",
+    ]
+
+
+def test_reassign_cancel_of_a_partition_not_being_reassigned_is_a_clean_error(controller, capsys):
+    """NoReassignmentInProgress from the controller ends the command with status 1 and the
+    error's name and message, like every typed error, without a traceback."""
+    status, out, err = run(capsys, "topics", "reassign", "orders", "--cancel", "--partition", "0")
+    assert status == 1 and out == ""
+    assert err.strip() == (
+        "error: NoReassignmentInProgress: partition 0 of topic 'orders' is not being reassigned"
+    )
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["orders", "--cancel", "--partition", "2", "--replicas", "1,2"],
+      "--cancel takes no --replicas: a cancelled reassignment goes back to the replicas"),
+     (["orders", "--cancel", "--plan", "-"], "--cancel takes no --plan"),
+     (["--cancel"], "required with --cancel: NAME"),
+     (["--cancel", "--partition", "2"], "required with --cancel: NAME"),
+     (["orders", "--cancel", "--partition", "2", "--partition", "2"],
+      "partition 2 is given twice")],
+)  # fmt: skip
+def test_reassign_cancel_usage_errors(controller, capsys, monkeypatch, argv, message):
+    """--cancel with a new assignment (--replicas or --plan), or without the topic, is
+    refused by argparse saying why, before the controller is called."""
+    import io
+
+    plan = {"version": 1, "partitions": [{"topic": "orders", "partition": 0, "replicas": [1]}]}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(plan)))
+    assert message in usage_error(capsys, "topics", "reassign", *argv)
+    assert controller.calls == []
+
+
 def test_broker_ids_parses_a_comma_separated_list_in_order():
     assert broker_ids("3, 1,2") == [3, 1, 2]
     assert broker_ids("0") == [0]
@@ -396,3 +467,4 @@ def test_topics_help_lists_the_new_actions_without_importing_ray():
     assert "elect-leaders" in done.stdout and "reassign" in done.stdout
     assert "kafka-reassign-partitions.sh" in done.stdout
     assert "--type {preferred,unclean}" in done.stdout
+    assert "--cancel" in done.stdout

@@ -10,6 +10,7 @@ import pytest
 from rafka.clients.admin import ELECTION_TYPES, Admin, check_assignment
 from rafka.errors import (
     ElectionNotNeeded,
+    NoReassignmentInProgress,
     NotLeaderOrFollower,
     PreferredLeaderNotAvailable,
     RafkaError,
@@ -85,6 +86,72 @@ def test_under_replicated_means_fewer_in_sync_than_the_replication_factor():
 
 def test_broker_description_defaults_to_no_rack_and_unfenced():
     assert BrokerDescription(0, "local", True) == BrokerDescription(0, "local", True, None, False)
+
+
+# -- request ids -------------------------------------------------------------------------------
+
+
+class RestartingGateway(FakeGateway):
+    """A gateway whose controller restarts during the first attempt of every call: like
+    ``Gateway.call_controller`` it sends the same args again, and records each attempt."""
+
+    def call_controller(self, method: str, *args: Any) -> Any:
+        for attempt in range(2):
+            self.calls.append((method, args))
+            if attempt == 0:
+                continue  # the controller died before answering; send the call again
+            answer = self.answers[method]
+            return answer(*args) if callable(answer) else answer
+
+
+def _is_request_id(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 32 and set(value) <= set("0123456789abcdef")
+
+
+def test_create_topic_sends_a_request_id_after_the_topic_settings():
+    """The controller gets (name, partitions, replication factor, config, internal=False,
+    request id)."""
+    admin, gateway, _ = admin_with(create_topic=topic_dict())
+    described = admin.create_topic("orders", 3, 2, {"retention.ms": 1})
+    ((method, args),) = gateway.calls
+    assert method == "create_topic"
+    assert args[:5] == ("orders", 3, 2, {"retention.ms": 1}, False)
+    assert len(args) == 6 and _is_request_id(args[5])
+    assert described.name == "orders"
+
+
+@pytest.mark.parametrize(
+    "method, call, answer",
+    [("create_topic", lambda admin: admin.create_topic("orders", 3), topic_dict()),
+     ("create_partitions", lambda admin: admin.create_partitions("orders", 6), topic_dict()),
+     ("delete_topic", lambda admin: admin.delete_topic("orders"), None)],
+)  # fmt: skip
+def test_a_call_sent_again_after_a_controller_restart_carries_the_same_request_id(
+    method, call, answer
+):
+    """Each admin call makes one request id, the last argument; every attempt of that call
+    sends it unchanged (so the controller answers the repeat as the first), and the next
+    call makes a new one."""
+    gateway, metadata = RestartingGateway(**{method: answer}), FakeMetadata()
+    admin = Admin(gateway, metadata)
+    call(admin)
+    call(admin)
+    first, again, second, _ = gateway.calls
+    assert first == again and first[0] == method
+    assert _is_request_id(first[1][-1])
+    assert second[1][:-1] == first[1][:-1] and second[1][-1] != first[1][-1]
+
+
+def test_create_partitions_and_delete_topic_send_name_then_request_id():
+    admin, gateway, metadata = admin_with(create_partitions=topic_dict(), delete_topic=None)
+    admin.create_partitions("orders", 6)
+    admin.delete_topic("orders")
+    (grow, (name, total, grow_id)), (delete, (deleted, delete_id)) = gateway.calls
+    assert (grow, name, total, delete, deleted) == (
+        "create_partitions", "orders", 6, "delete_topic", "orders"
+    )  # fmt: skip
+    assert _is_request_id(grow_id) and _is_request_id(delete_id) and grow_id != delete_id
+    assert metadata.invalidated == ["orders", "orders"]
 
 
 # -- describing --------------------------------------------------------------------------------
@@ -245,6 +312,57 @@ def test_reassign_partitions_needs_a_topic_name(topic):
     with pytest.raises(TypeError, match="topic name"):
         admin.reassign_partitions(topic, {0: [1]})
     assert gateway.calls == []
+
+
+# -- cancel_reassignment -----------------------------------------------------------------------
+
+
+def test_cancel_reassignment_sends_the_partitions_and_returns_the_description():
+    """The partitions go to the controller deduplicated, as a list (None: every partition
+    being reassigned); the topic leaves the metadata cache; the answer is a
+    TopicDescription."""
+    admin, gateway, metadata = admin_with(cancel_reassignment=topic_dict())
+    described = admin.cancel_reassignment("orders", (2, 0, 2))
+    assert gateway.calls == [("cancel_reassignment", ("orders", [2, 0]))]
+    assert isinstance(described, TopicDescription) and described.partitions[0].adding == []
+    assert metadata.invalidated == ["orders"]
+    admin.cancel_reassignment("orders")
+    assert gateway.calls[-1] == ("cancel_reassignment", ("orders", None))
+
+
+@pytest.mark.parametrize(
+    "topic, partitions, error, match",
+    [(None, None, TypeError, "topic name"),
+     ("", None, TypeError, "topic name"),
+     (3, [0], TypeError, "topic name"),
+     ("orders", "0", TypeError, "list of partition numbers"),
+     ("orders", 0, TypeError, "list of partition numbers"),
+     ("orders", [True], TypeError, "must be an int"),
+     ("orders", ["1"], TypeError, "must be an int"),
+     ("orders", [-1], ValueError, "0 or more"),
+     ("orders", [], ValueError, "empty")],
+)  # fmt: skip
+def test_cancel_reassignment_refuses_bad_arguments_before_calling(
+    topic, partitions, error, match
+):
+    """A topic that is not a name, or partitions that are not a non-empty list of ints
+    0 or more, raise TypeError or ValueError and nothing reaches the controller."""
+    admin, gateway, _ = admin_with(cancel_reassignment=topic_dict())
+    with pytest.raises(error, match=match):
+        admin.cancel_reassignment(topic, partitions)
+    assert gateway.calls == []
+
+
+def test_cancel_reassignment_of_a_partition_not_being_reassigned_raises_the_typed_error():
+    """The controller's NoReassignmentInProgress reaches the caller; the cache is left."""
+
+    def refuse(name, partitions):
+        raise NoReassignmentInProgress(f"partition {partitions[0]} of {name} is not moving")
+
+    admin, _, metadata = admin_with(cancel_reassignment=refuse)
+    with pytest.raises(NoReassignmentInProgress, match="partition 1 of orders"):
+        admin.cancel_reassignment("orders", [1])
+    assert metadata.invalidated == []
 
 
 def test_check_assignment_keeps_the_replica_order():
