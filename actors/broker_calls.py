@@ -3,11 +3,15 @@
 Node agents create, stop and delete replica actors (``ensure_replicas``, ``stop_replicas``,
 ``delete_replicas``); replicas receive their partition states (``update_state``) directly.
 Each replica is told its state as a dict built here (``replica_state``), which is the one
-place that decides what a replica knows of its partition and of the cluster settings.
+place that decides what a replica knows of its partition and of the cluster settings; every
+state carries the controller epoch, so a replica can refuse one from an older controller.
 
-Used by the other parts of the Controller, on its event loop. Handles are cached in memory
-and dropped when a call fails; a controller restart starts with none. State pushes are fire
-and forget: a replica that misses one asks for its state when its leader stops answering.
+Used by the other parts of the Controller, on its event loop; every Ray call goes through
+``RayActors`` (a fake one in tests). Handles are cached in memory and dropped when a call to
+them fails or their replica is deleted or created again (a replica moved away and back is a
+new actor under the same name). State pushes are fire and forget: a replica that misses one
+asks for its state when its leader stops answering, and the controller's periodic reconcile
+pushes every state again.
 """
 
 from __future__ import annotations
@@ -16,10 +20,9 @@ import asyncio
 import time
 from typing import Any
 
-import ray
-
 from rafka.actors.controller_core import ControllerCore
 from rafka.actors.placement import agent_name, replica_name
+from rafka.actors.ray_actors import ActorDied, RayActors
 from rafka.cluster import node_restarts
 from rafka.cluster.metadata import PartitionState, TopicState
 from rafka.errors import BrokerNotAvailable
@@ -32,8 +35,9 @@ REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
 class BrokerCalls:
     """Node agent and replica handles of one controller, and the calls made through them."""
 
-    def __init__(self, core: ControllerCore):
+    def __init__(self, core: ControllerCore, actors: RayActors):
         self.core = core
+        self.actors = actors
         self._agents: dict[int, Any] = {}
         self._replicas: dict[str, Any] = {}
 
@@ -46,13 +50,12 @@ class BrokerCalls:
             broker = self.core.image.brokers.get(broker_id)
             if broker is None:
                 raise BrokerNotAvailable(f"broker {broker_id} is not registered")
-            try:
-                handle = ray.get_actor(agent_name(broker.disk), namespace=self.core.namespace)
-            except ValueError:
+            handle = self.actors.find(agent_name(broker.disk))
+            if handle is None:
                 raise BrokerNotAvailable(
                     f"broker {broker_id} (disk {broker.disk!r}) has no running node agent; "
                     "start the node with its disk, then run `rafka up`"
-                ) from None
+                )
             self._agents[broker_id] = handle
         return handle
 
@@ -67,8 +70,8 @@ class BrokerCalls:
         delay = 0.1
         while True:
             try:
-                return await getattr(self.agent(broker_id), method).remote(*args)
-            except ray.exceptions.RayActorError:
+                return await self.actors.call(self.agent(broker_id), method, *args)
+            except ActorDied:
                 self._agents.pop(broker_id, None)
                 if time.monotonic() + delay > deadline:
                     raise BrokerNotAvailable(
@@ -77,6 +80,22 @@ class BrokerCalls:
                     ) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def ping_agent(self, broker_id: int, timeout_s: float) -> bool:
+        """True when the broker's agent answers within ``timeout_s``."""
+        try:
+            await self.actors.call(self.agent(broker_id), "ping", timeout_s=timeout_s)
+            return True
+        except (asyncio.TimeoutError, BrokerNotAvailable):
+            self._agents.pop(broker_id, None)
+            return False
+
+    async def agent_status(self, broker_id: int, timeout_s: float = 10.0) -> dict | None:
+        """The agent's ``status()`` (disk usage, node); None when it does not answer."""
+        try:
+            return await self.actors.call(self.agent(broker_id), "status", timeout_s=timeout_s)
+        except (asyncio.TimeoutError, BrokerNotAvailable):
+            return None
 
     def live_brokers(self) -> list[int]:
         """Registered brokers that are not fenced and whose node agent exists."""
@@ -91,15 +110,29 @@ class BrokerCalls:
                 pass
         return live
 
+    async def agent_node(self, broker_id: int) -> str | None:
+        """The Ray node the broker's agent runs on; None when it does not answer."""
+        try:
+            return await asyncio.wait_for(
+                self.call_agent(broker_id, "node_id", patience_s=5.0), 10.0
+            )
+        except (BrokerNotAvailable, asyncio.TimeoutError, ValueError):
+            return None
+
     # -- replicas ------------------------------------------------------------------------------
 
-    def replica(self, topic: TopicState, p: PartitionState, broker_id: int):
-        """The replica actor of ``p`` on ``broker_id``; ValueError when it does not run."""
-        name = replica_name(topic.topic_id, p.partition, broker_id)
+    def replica(self, topic_id: str, partition: int, broker_id: int):
+        """The replica actor of one partition on ``broker_id``; None when it does not run."""
+        name = replica_name(topic_id, partition, broker_id)
         handle = self._replicas.get(name)
         if handle is None:
-            handle = self._replicas[name] = ray.get_actor(name, namespace=self.core.namespace)
+            handle = self.actors.find(name)
+            if handle is not None:
+                self._replicas[name] = handle
         return handle
+
+    def forget_replica(self, topic_id: str, partition: int, broker_id: int) -> None:
+        self._replicas.pop(replica_name(topic_id, partition, broker_id), None)
 
     def replica_state(self, topic: TopicState, p: PartitionState, broker_id: int) -> dict:
         """What the replica of ``p`` on ``broker_id`` is told of its partition."""
@@ -109,6 +142,7 @@ class BrokerCalls:
             "broker_id": broker_id, "replicas": p.replicas, "isr": p.isr, "leader": p.leader,
             "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
             "adding": p.adding, "removing": p.removing, "config": topic.config,
+            "controller_epoch": self.core.image.controller_epoch,
             "settings": {k: settings[k] for k in REPLICA_SETTINGS if k in settings},
         }  # fmt: skip
 
@@ -137,6 +171,9 @@ class BrokerCalls:
         epoch = self.core.reserve_replica_epoch()
         stamped = {b: [{**s, "replica_epoch": epoch} for s in states]
                    for b, states in by_broker.items()}  # fmt: skip
+        for states in stamped.values():
+            for s in states:  # a cached handle may be of an earlier actor of that name
+                self.forget_replica(s["topic_id"], s["partition"], s["broker_id"])
         brokers = list(stamped)
         answers = await asyncio.gather(
             *(self.call_agent(b, "ensure_replicas", stamped[b]) for b in brokers)
@@ -155,46 +192,63 @@ class BrokerCalls:
                     node_restarts.replicas_seen_on(self.core.image, node, keys)
                 )
 
-    def push_state(self, topic: TopicState, p: PartitionState) -> None:
-        """Send the new state to every live replica, without waiting: a replica that misses
-        it asks for it (``partition_state``) when its leader stops answering."""
-        for broker_id in p.replicas:
-            if not self.core.liveness.is_live(broker_id):
-                continue
-            try:
-                handle = self.replica(topic, p, broker_id)
-            except ValueError:
-                continue
-            handle.update_state.remote(self.replica_state(topic, p, broker_id))
+    def tell(self, topic_id: str, partition: int, broker_id: int, state: dict) -> None:
+        """Send ``state`` (whole, or a config change) to one replica without waiting; its
+        cached handle is dropped if the actor turns out to be gone."""
+        handle = self.replica(topic_id, partition, broker_id)
+        if handle is not None:
+            self.actors.send(handle, "update_state", state, on_failure=lambda: (
+                self.forget_replica(topic_id, partition, broker_id)
+            ))  # fmt: skip
 
-    async def agent_node(self, broker_id: int) -> str | None:
-        """The Ray node the broker's agent runs on; None when it does not answer."""
-        try:
-            return await asyncio.wait_for(
-                self.call_agent(broker_id, "node_id", patience_s=5.0), 10.0
-            )
-        except (BrokerNotAvailable, ray.exceptions.RayActorError, asyncio.TimeoutError,
-                ValueError):  # fmt: skip
-            return None
+    def push_state(self, topic: TopicState, p: PartitionState) -> None:
+        """Send the partition's state to every live replica, without waiting: a replica that
+        misses it asks for it (``partition_state``) when its leader stops answering."""
+        for broker_id in p.replicas:
+            if self.core.liveness.is_live(broker_id):
+                self.tell(topic.topic_id, p.partition, broker_id,
+                          self.replica_state(topic, p, broker_id))  # fmt: skip
+
+    async def push_config(self, topic: TopicState, timeout_s: float = 10.0) -> None:
+        """Send a topic's config to its live replicas and wait (up to ``timeout_s``) until
+        they took it; the others read it when they check in."""
+        change = {"config": topic.config, "controller_epoch": self.core.image.controller_epoch}
+        calls = []
+        for p in topic.partitions.values():
+            for b in p.replicas:
+                handle = self.replica(topic.topic_id, p.partition, b)
+                if handle is not None and self.core.liveness.is_live(b):
+                    calls.append(
+                        self.actors.call(handle, "update_state", change, timeout_s=timeout_s)
+                    )
+        await asyncio.gather(*calls, return_exceptions=True)
 
     def confirm_replica_epoch(
         self, topic: TopicState, p: PartitionState, broker_id: int, recorded: int
     ) -> None:
         """Ask the replica of ``p`` on ``broker_id`` to check in again if it runs in an older
         replica epoch than ``recorded`` (see ``PartitionReplica.confirm_replica_epoch``)."""
-        try:
-            self.replica(topic, p, broker_id).confirm_replica_epoch.remote(recorded)
-        except ValueError:  # no such actor: it is restarting and will check in
-            pass
+        handle = self.replica(topic.topic_id, p.partition, broker_id)
+        if handle is not None:  # else it is restarting and will check in
+            self.actors.send(handle, "confirm_replica_epoch", recorded)
 
     async def delete_replica(self, topic: TopicState, p: PartitionState, broker_id: int):
         """Have the agent of ``broker_id`` delete its replica of ``p`` (moved away)."""
+        await self.delete_replicas(broker_id, [self.replica_state(topic, p, broker_id)])
+
+    async def delete_replicas(self, broker_id: int, states: list[dict]) -> int:
+        """Have the agent of ``broker_id`` delete these replicas (files and actors); how many
+        it deleted (0 when the agent cannot be reached: they delete themselves when they
+        next check in)."""
+        for s in states:
+            self.forget_replica(s["topic_id"], s["partition"], broker_id)
         try:
-            await self.call_agent(
-                broker_id, "delete_replicas", [self.replica_state(topic, p, broker_id)]
-            )
-        except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
-            self.core.logger.warning(
-                "could not delete the moved replica %s-%d on broker %d: %r",
-                topic.name, p.partition, broker_id, e,
-            )  # fmt: skip
+            return await self.call_agent(broker_id, "delete_replicas", states)
+        except BrokerNotAvailable as e:
+            self.core.logger.warning("could not delete %d replica(s) on broker %d: %r",
+                                     len(states), broker_id, e)  # fmt: skip
+            return 0
+
+    async def replica_names(self) -> set[str]:
+        """Names of every replica actor that exists (alive or restarting)."""
+        return await self.actors.replica_names()

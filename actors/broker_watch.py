@@ -9,16 +9,15 @@ back: it leads where nobody can, is told the states it missed, and its replica a
 started again where needed; its replicas catch up and their leaders propose them back into
 the ISR.
 
-Part of the Controller actor, on its event loop. Registrations are durable (metadata log);
-liveness is in memory: after a controller restart every registered broker starts live and
-is fenced only if it then stays silent.
+Part of the Controller actor, on its event loop. Registrations and fencing are durable
+(metadata log): after a controller restart a broker fenced before it starts fenced, and its
+first heartbeat brings it back as usual; every other registered broker starts live and is
+fenced only if it then stays silent.
 """
 
 from __future__ import annotations
 
 import asyncio
-
-import ray
 
 from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.controller_core import (
@@ -81,30 +80,33 @@ class BrokerWatch:
             self.core.spawn(self._broker_back(broker_id))
 
     async def _broker_back(self, broker_id: int) -> None:
-        """A fenced broker speaks again: lead where nobody can, and make sure its replica
-        actors run (some may have been created while it was away)."""
+        """A fenced broker speaks again: record that, lead where nobody can, and make sure
+        its replica actors run (some may have been created while it was away)."""
         core, calls = self.core, self.calls
+
+        def unfence():
+            if broker_id not in core.image.fenced_brokers or not core.liveness.is_live(broker_id):
+                return []
+            return [{"type": "fenced", "broker_id": broker_id, "fenced": False}]
+
         await self.changes.change(
             lambda topic, p: elections.elect_if_leaderless(
                 p, core.electable(topic.topic_id, p.partition), unclean_election_enabled(topic),
                 min_insync_replicas(topic),
-            ) if broker_id in p.replicas else None
+            ) if broker_id in p.replicas else None,
+            before=unfence,
         )  # fmt: skip
         hosted = core.image.replicas_on(broker_id)
         for topic, p in hosted:
             # What it missed while fenced (pushes went only to live brokers), such as
             # having been replaced as leader.
-            try:
-                calls.replica(topic, p, broker_id).update_state.remote(
-                    calls.replica_state(topic, p, broker_id)
-                )
-            except ValueError:
-                pass
+            calls.tell(topic.topic_id, p.partition, broker_id,
+                       calls.replica_state(topic, p, broker_id))  # fmt: skip
         states = [calls.replica_state(topic, p, broker_id) for topic, p in hosted]
         if states:
             try:
                 await calls.ensure({broker_id: states})
-            except (BrokerNotAvailable, ray.exceptions.RayActorError) as e:
+            except BrokerNotAvailable as e:
                 core.logger.warning("could not restore the replicas of broker %d: %r",
                                     broker_id, e)  # fmt: skip
 
@@ -123,29 +125,32 @@ class BrokerWatch:
 
     async def _probe(self, broker_id: int) -> None:
         try:
-            try:
-                await asyncio.wait_for(
-                    self.calls.agent(broker_id).ping.remote(), self._probe_timeout_s
-                )
+            if await self.calls.ping_agent(broker_id, self._probe_timeout_s):
                 self.alive(broker_id)  # only slow: its heartbeats will resume
                 return
-            except (asyncio.TimeoutError, ray.exceptions.RayActorError, BrokerNotAvailable):
-                pass
             await self.fence(broker_id)
         finally:
             self._probing.discard(broker_id)
 
     async def fence(self, broker_id: int) -> int:
-        """Take ``broker_id`` out of every ISR and move the leadership it held; returns how
-        many partitions changed."""
+        """Take ``broker_id`` out of every ISR and move the leadership it held, recording
+        that it is fenced in the same append; returns how many partitions changed."""
         core = self.core
         core.liveness.fence(broker_id)
         self.calls.forget_agent(broker_id)
         core.logger.warning("broker %d missed its heartbeats; fencing it", broker_id)
+
+        def record_fenced():
+            # Unless it spoke again meanwhile (it is back, and its return is on its way).
+            if broker_id in core.image.fenced_brokers or core.liveness.is_live(broker_id):
+                return []
+            return [{"type": "fenced", "broker_id": broker_id, "fenced": True}]
+
         return await self.changes.change(
             lambda topic, p: elections.fence_broker(
                 p, broker_id, core.electable(topic.topic_id, p.partition),
                 unclean_election_enabled(topic),
                 min_insync_replicas(topic),
-            )
+            ),
+            before=record_fenced,
         )  # fmt: skip

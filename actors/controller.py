@@ -5,6 +5,12 @@ A thin shell: requests are decided by ``rafka.cluster.controller`` and
 ``MetadataLog`` before anything else happens, and only then are node agents and replicas
 told. Killed and restarted, the actor rebuilds everything from its metadata log.
 
+One controller at a time: the metadata directory is locked while a controller process has
+it open, and each process that opens it records a new controller epoch, which every state
+it pushes or answers carries; replicas refuse states from an older controller epoch.
+Cluster settings are kept in the metadata log: settings given at a start override the
+stored ones, and a start without them keeps them.
+
 Failover: node agents heartbeat here; a broker silent past ``broker.session.timeout.ms``
 that also fails a direct probe is fenced (``rafka.cluster.liveness``): it leaves every ISR
 and the partitions it led get new leaders from their ISRs, with bumped leader epochs. Ray
@@ -17,6 +23,9 @@ owns it, all sharing one ``ControllerCore`` (metadata log, lock, settings, liven
 - ``BrokerWatch`` (``broker_watch``): registration, heartbeats, probes, fencing, return;
 - ``PartitionChanges`` (``partition_changes``): every partition state change and the
   requests that make them (check-ins, ISR proposals, elections, reassignments);
+- ``Reassignments`` (``reassignments``): moving partitions, and cancelling a move;
+- ``Reconciler`` (``reconcile``): at start and periodically, replica actors made to match
+  the metadata (states pushed, missing actors created, strays deleted);
 - ``TopicAdmin`` (``topic_admin``): create, grow, configure, delete, describe topics;
 - ``CoordinatorShards`` (``coordinator_shards``): the group coordinator actors;
 - ``BrokerCalls`` (``broker_calls``): the calls to node agents and replica actors.
@@ -37,12 +46,14 @@ from rafka.actors.coordinator_shards import CoordinatorShards
 from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.partition_changes import PartitionChanges
 from rafka.actors.placement import disk_dir
+from rafka.actors.ray_actors import RayActors
+from rafka.actors.reassignments import Reassignments
+from rafka.actors.reconcile import Reconciler
 from rafka.actors.topic_admin import TopicAdmin
 from rafka.cluster import controller as decide
 from rafka.cluster.liveness import BrokerLiveness
 from rafka.cluster.metadata_log import MetadataLog
 from rafka.cluster.settings import setting
-from rafka.errors import BrokerNotAvailable
 
 CONTROLLER_DIR = "controller"
 
@@ -55,19 +66,11 @@ class Controller:
         label_process_logs(self.logger.prefix)  # this process is the controller
         self.namespace = namespace
         self.disk = disk
-        self.settings = dict(settings)
         store = MetadataLog(os.path.join(disk_dir(data_root, disk), CONTROLLER_DIR))
-        session_ms = setting(self.settings, "broker.session.timeout.ms")
-        # Half a session of silence makes a broker a suspect and the probe gets the other
-        # half: a broker is fenced one session after its last heartbeat unless it answers.
-        liveness = BrokerLiveness(session_ms // 2)
-        liveness.track(store.image.brokers, now_ms())
-        self.core = ControllerCore(store, self.settings, namespace, liveness, self.logger)
-        self.calls = BrokerCalls(self.core)
-        self.changes = PartitionChanges(self.core, self.calls)
-        self.brokers = BrokerWatch(self.core, self.calls, self.changes)
-        self.topics = TopicAdmin(self.core, self.calls, self.changes)
-        self.coordinators = CoordinatorShards(self.core, self.calls, self.topics)
+        parts = build_parts(store, settings, namespace, RayActors(namespace), self.logger)
+        for name, part in parts.items():
+            setattr(self, name, part)
+        self.settings = self.core.settings
         self._producer_ids: range = range(0)
         self._started = False
         ray.get_runtime_context().current_actor.start.remote()
@@ -77,7 +80,10 @@ class Controller:
         return self.core.image
 
     async def ping(self) -> dict[str, Any]:
-        return {"disk": self.disk, "metadata_offset": self.image.offset, "pid": os.getpid()}
+        return {
+            "disk": self.disk, "metadata_offset": self.image.offset, "pid": os.getpid(),
+            "controller_epoch": self.image.controller_epoch, "stopping": self.core.stopping,
+        }  # fmt: skip
 
     async def start(self) -> None:
         """Start the timers (called by the actor itself once constructed)."""
@@ -86,10 +92,22 @@ class Controller:
             self.core.spawn(self.brokers.watch())
             self.core.spawn(self.changes.balance_leaders())
             self.core.spawn(self.changes.report_health())
-            # A leader fenced just before the restart, never told, learns it: the new
-            # controller sees every broker as live. (A partition the crash left without a
-            # leader gets one at the first heartbeat of a broker that may lead it.)
-            self.changes.push_all()
+            # What the previous controller recorded but never carried out (a push, actors
+            # to create or delete) is done now, then periodically. (A partition the crash
+            # left without a leader gets one at the first heartbeat of a broker that may
+            # lead it.)
+            self.core.spawn(self._reconcile_then_repeat())
+
+    async def _reconcile_then_repeat(self) -> None:
+        try:
+            await self.reconciler.reconcile()
+        except Exception:  # the periodic round tries again
+            self.logger.exception("reconcile at start failed")
+        await self.reconciler.run()
+
+    async def settings_in_force(self) -> dict[str, Any]:
+        """The cluster settings this controller uses (kept in the metadata log)."""
+        return dict(self.core.settings)
 
     # -- brokers -------------------------------------------------------------------------------
 
@@ -161,35 +179,45 @@ class Controller:
     ) -> dict[str, Any]:
         """Move partitions of ``name`` to new replica lists (Kafka's
         kafka-reassign-partitions): new replicas copy the log by following the leader; the
-        old ones are deleted once every new one is in sync."""
-        await self.changes.reassign_partitions(name, assignment)
+        old ones are deleted once every new one is in sync. The same plan again is a no-op."""
+        await self.reassignments.reassign_partitions(name, assignment)
         return self.topics.describe(self.image.topic(name))
 
-    async def reconcile(self) -> int:
-        """Make sure every replica the metadata names has its actor; returns how many."""
-        by_broker = self.calls.all_states_by_broker()
-        live = set(self.calls.live_brokers())
-        await self.calls.ensure({b: s for b, s in by_broker.items() if b in live})
-        return sum(len(s) for b, s in by_broker.items() if b in live)
+    async def cancel_reassignment(
+        self, name: str, partitions: list[int] | None = None
+    ) -> dict[str, Any]:
+        """Put partitions of ``name`` being reassigned (all of them when ``partitions`` is
+        None) back on their original replicas; the replicas they were adding are deleted."""
+        await self.reassignments.cancel_reassignment(name, partitions)
+        return self.topics.describe(self.image.topic(name))
+
+    async def reconcile(self) -> dict[str, int]:
+        """Make the replica actors match the metadata now: every state pushed, missing
+        actors created, strays deleted (``rafka.actors.reconcile``); returns the counts."""
+        return vars(await self.reconciler.reconcile())
 
     # -- topics --------------------------------------------------------------------------------
 
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, config: dict | None,
-        internal: bool = False,
+        internal: bool = False, request_id: str | None = None,
     ) -> dict[str, Any]:  # fmt: skip
+        """``request_id``: the same for every attempt of one admin call, so a retry of a
+        creation that succeeded is answered as the first attempt was."""
         return await self.topics.create_topic(
-            name, partitions, replication_factor, config, internal
+            name, partitions, replication_factor, config, internal, request_id
         )
 
-    async def create_partitions(self, name: str, total: int) -> dict[str, Any]:
-        return await self.topics.create_partitions(name, total)
+    async def create_partitions(
+        self, name: str, total: int, request_id: str | None = None
+    ) -> dict[str, Any]:
+        return await self.topics.create_partitions(name, total, request_id)
 
     async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         return await self.topics.alter_topic_config(name, changes)
 
-    async def delete_topic(self, name: str) -> None:
-        await self.topics.delete_topic(name)
+    async def delete_topic(self, name: str, request_id: str | None = None) -> None:
+        await self.topics.delete_topic(name, request_id)
 
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         return self.topics.list_topics(include_internal)
@@ -236,23 +264,25 @@ class Controller:
     async def describe_cluster(self) -> dict[str, Any]:
         brokers = []
         for broker_id, broker in sorted(self.image.brokers.items()):
-            try:
-                status = await asyncio.wait_for(self.calls.agent(broker_id).status.remote(), 10)
-                alive = True
-            except (BrokerNotAvailable, ray.exceptions.RayActorError, asyncio.TimeoutError):
-                status, alive = {}, False
+            status = await self.calls.agent_status(broker_id)
+            alive = status is not None
+            status = status or {}
             brokers.append({
                 "broker_id": broker_id, "disk": broker.disk, "rack": broker.rack, "alive": alive,
                 "fenced": broker_id in self.core.liveness.fenced, **status,
             })  # fmt: skip
         return {
             "controller_disk": self.disk, "metadata_offset": self.image.offset,
+            "controller_epoch": self.image.controller_epoch,
             "brokers": brokers, "topics": len(self.image.topics),
             "partitions": sum(len(t.partitions) for t in self.image.topics.values()),
         }  # fmt: skip
 
     async def stop_replicas(self) -> int:
-        """Close every replica cleanly and stop its actor (``rafka down``)."""
+        """Close every replica cleanly and stop its actor (``rafka down``). The controller
+        stops watching brokers and reconciling; its metadata log stays open (every record is
+        flushed as it is appended), so a ``rafka down`` interrupted here leaves a controller
+        that still answers, and ``start_services`` replaces it."""
         self.core.stopping = True  # heartbeats stop now; that is no reason to move leaders
         by_broker = self.calls.all_states_by_broker()
         live = set(self.calls.live_brokers())
@@ -264,5 +294,37 @@ class Controller:
         for outcome in stopped:
             if isinstance(outcome, BaseException):  # that disk's replicas recover on start
                 self.logger.warning("could not stop the replicas of a disk cleanly: %r", outcome)
-        self.core.store.close()
         return sum(n for n in stopped if isinstance(n, int))
+
+
+def build_parts(
+    store: MetadataLog, settings: dict[str, Any], namespace: str, actors: RayActors, logger,
+    clock=now_ms,
+) -> dict[str, Any]:  # fmt: skip
+    """The controller's parts over an opened metadata log (``core``, ``calls``, ``changes``,
+    ``brokers``, ``topics``, ``reassignments``, ``reconciler``, ``coordinators``), after
+    taking over the log: a new controller epoch is recorded, and the cluster settings become
+    the stored ones overridden by ``settings``. ``actors`` is the Ray layer (a fake in
+    tests)."""
+    image = store.image
+    store.append([{"type": "controller", "epoch": image.controller_epoch + 1}])
+    in_force = {**image.settings, **settings}
+    if in_force != image.settings:
+        store.append([{"type": "settings", "settings": in_force}])
+    session_ms = setting(in_force, "broker.session.timeout.ms")
+    # Half a session of silence makes a broker a suspect and the probe gets the other
+    # half: a broker is fenced one session after its last heartbeat unless it answers.
+    liveness = BrokerLiveness(session_ms // 2)
+    liveness.track(image.brokers, clock())
+    for broker_id in image.fenced_brokers:  # fenced before the restart: until it speaks
+        liveness.fence(broker_id)
+    core = ControllerCore(store, in_force, namespace, liveness, logger)
+    calls = BrokerCalls(core, actors)
+    changes = PartitionChanges(core, calls)
+    topics = TopicAdmin(core, calls, changes)
+    return {
+        "core": core, "calls": calls, "changes": changes,
+        "brokers": BrokerWatch(core, calls, changes), "topics": topics,
+        "reassignments": Reassignments(core, changes), "reconciler": Reconciler(core, calls),
+        "coordinators": CoordinatorShards(core, calls, topics),
+    }  # fmt: skip

@@ -148,7 +148,7 @@ class NodeAgent:
                 await handle.delete.remote()
                 ray.kill(handle, no_restart=True)
                 deleted += 1
-            else:  # the actor is gone; its files may not be
+            elif state.get("topic") is not None:  # the actor is gone; its files may not be
                 path = os.path.join(self.directory, f"{state['topic']}-{state['partition']}")
                 shutil.rmtree(path, ignore_errors=True)
         return deleted

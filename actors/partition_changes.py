@@ -11,7 +11,8 @@ demand, and the periodic preferred-leader balance.
 Part of the Controller actor, on its event loop. Durable state is the metadata log, replica
 epochs included (which life of a replica checked in last), so a controller restart forgets
 none. Pushes are not retried: a replica that missed one pulls its state
-(``partition_state``).
+(``partition_state``), and the reconcile (``rafka.actors.reconcile``) pushes every state
+again at start and periodically. Reassignments are in ``rafka.actors.reassignments``.
 """
 
 from __future__ import annotations
@@ -106,17 +107,20 @@ class PartitionChanges:
         calls.push_state(topic, new)
         added = [b for b in new.replicas if b not in old.replicas]
         if added:
-            self.core.spawn(calls.ensure({b: [calls.replica_state(topic, new, b)] for b in added}))
+            self.core.spawn(self._create_added(topic, new, added))
         removed = [b for b in old.replicas if b not in new.replicas]
         for b in removed:
             self.core.spawn(calls.delete_replica(topic, old, b))
 
-    def push_all(self) -> None:
-        """Tell every live replica its partition's current state (after a controller start:
-        a push made before a crash may never have arrived)."""
-        for topic in list(self.core.image.topics.values()):
-            for p in topic.partitions.values():
-                self.calls.push_state(topic, p)
+    async def _create_added(self, topic: TopicState, p: PartitionState, added: list[int]):
+        """Start the replicas a reassignment adds; one that cannot be started now is
+        created by the next reconcile (or cancelled with the reassignment)."""
+        calls = self.calls
+        try:
+            await calls.ensure({b: [calls.replica_state(topic, p, b)] for b in added})
+        except Exception as e:
+            self.core.logger.warning("%s-%d: could not start the added replicas %s yet: %r",
+                                     topic.name, p.partition, added, e)  # fmt: skip
 
     # -- health gauges -------------------------------------------------------------------------
 
@@ -180,6 +184,9 @@ class PartitionChanges:
             # fetches carry it from now on), and never electable before its mark is applied.
             if node_id is not None and core.image.broker_nodes.get(broker_id) != node_id:
                 return []  # the broker moved again meanwhile: the replica retries
+            _, current = self.find_partition(topic_id, partition)
+            if current is None or broker_id not in current.replicas:
+                return []  # deleted or moved away meanwhile: answered below
             replica_epoch, records = decide.start_replica(core.image, topic_id, partition,
                                                           broker_id, node_id)  # fmt: skip
             epoch_of.append(replica_epoch)
@@ -349,29 +356,6 @@ class PartitionChanges:
                 "errno": error.errno if error else 0, "message": str(error) if error else "",
             })  # fmt: skip
         return results
-
-    async def reassign_partitions(self, name: str, assignment: dict[int, list[int]]) -> None:
-        """See ``Controller.reassign_partitions``."""
-        image = self.core.image
-        topic = image.topic(name)
-        pairs = [(topic, decide.check_known(image, name, int(n))) for n in assignment]
-        for _, p in pairs:  # check them all before changing any
-            elections.reassign(p, list(assignment[p.partition]), image.brokers)
-        def decide_one(t, p):
-            new = elections.reassign(p, list(assignment[p.partition]), self.core.image.brokers)
-            if new is None:
-                return None
-            # A pure removal has nothing to copy and completes at once.
-            done = elections.complete_reassignment(
-                new, self.core.electable(t.topic_id, p.partition), unclean_election_enabled(t),
-                min_insync_replicas(t),
-            )
-            if done is None:
-                return new
-            done.partition_epoch = new.partition_epoch  # one record, one bump
-            return done
-
-        await self.change(decide_one, only=pairs)
 
     async def balance_leaders(self) -> None:
         """Kafka's auto.leader.rebalance.enable: move leadership back to preferred replicas."""

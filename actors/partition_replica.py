@@ -20,6 +20,7 @@ states, becoming leader) and its Ray methods; the work is done by the parts it o
 - ``FetchHandler`` (``replica_fetch``): consumer and follower fetches, offsets, Spark blocks;
 - ``ReplicaFollower`` (``replica_follower``): the follower fetch loop and truncation;
 - ``IsrProposer`` (``isr_proposer``): the leader's ISR proposals to the controller;
+- ``ReplicaCheckIn`` (``replica_check_in``): the check-in after a restart;
 - ``ControllerLink`` (``controller_link``) and ``replica_state`` (``partition.metadata``).
 
 The parts read and change the replica through the members under "shared with the parts"
@@ -44,11 +45,13 @@ from rafka.actors import metrics
 from rafka.actors.controller_link import ControllerLink
 from rafka.actors.isr_proposer import IsrProposer
 from rafka.actors.logs import actor_logger, label_process_logs
+from rafka.actors.replica_check_in import ReplicaCheckIn, current_node_id
 from rafka.actors.replica_fetch import FetchHandler
 from rafka.actors.replica_follower import ReplicaFollower
 from rafka.actors.replica_produce import ProduceHandler
 from rafka.actors.replica_state import (
     actor_was_reconstructed,
+    is_stale,
     read_state,
     set_aside_stray_directory,
     state_version,
@@ -137,6 +140,7 @@ class PartitionReplica:
         self.closed = False
         self.deleted = False
         self.controller = ControllerLink(namespace, self.logger)
+        self.check_in = ReplicaCheckIn(self)
         self.follower = ReplicaFollower(self)
         self.isr = IsrProposer(self)
         self.produce_handler = ProduceHandler(self)
@@ -223,63 +227,21 @@ class PartitionReplica:
 
     # -- the controller's view -----------------------------------------------------------------
 
-    async def _check_in(self) -> None:
-        """Tell the controller this replica restarted (whether its log was closed cleanly,
-        and how far it reaches); adopt the state and the replica epoch it answers. Retried
-        until the controller answers."""
-        report = self.log.recovery_report
-        clean = bool(report and report.clean_shutdown and not report.dropped_data)
-        position = log_position(self.log)
-        delay = 0.05
-        while not self.closed:
-            answer = await self.controller.call(
-                "replica_started", self.topic_id, self.partition, self.broker_id, clean,
-                position, current_node_id(),
-            )  # fmt: skip
-            if answer is not None and answer[0] is None and answer[1]:
-                answer = None  # the controller could not place this check-in yet: retry
-            if answer is not None:
-                state, exists, replica_epoch = answer
-                if not exists:
-                    # Deleted or moved away while this node was down: remove the stray files
-                    # and this actor, as Kafka deletes stray logs.
-                    self.logger.warning("no longer assigned to this broker; deleting it")
-                    await self.delete()
-                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-                    return
-                self.replica_epoch = replica_epoch
-                self.checked_in = True
-                self.adopt(state, force=True)
-                pushed, self._pushed = self._pushed, None
-                if pushed is not None and state_version(pushed) > state_version(state):
-                    self.adopt(pushed)  # a newer state was pushed while the answer travelled
-                return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
     async def confirm_replica_epoch(self, recorded: int) -> None:
         """The controller recorded ``recorded`` as this replica's epoch, newer than the one
-        this (running, checked-in) life holds: Ray runs one life of an actor at a time, so
-        the record came from a dead life's late check-in. Check in again, cleanly (this life
-        lost nothing), so that fetches carry a current epoch and the replica can rejoin."""
-        if self.closed or not self.checked_in or recorded <= self.replica_epoch:
-            return
-        self.logger.warning("replica epoch %d is older than the recorded %d; checking in "
-                            "again", self.replica_epoch, recorded)  # fmt: skip
-        answer = await self.controller.call(
-            "replica_started", self.topic_id, self.partition, self.broker_id, True,
-            log_position(self.log), current_node_id(),
-        )  # fmt: skip
-        if answer is not None and answer[1]:
-            state, _, replica_epoch = answer
-            self.replica_epoch = max(self.replica_epoch, replica_epoch)
-            self.adopt(state)
+        this life holds: see ``ReplicaCheckIn.confirm``."""
+        await self.check_in.confirm(recorded)
 
     async def update_state(self, state: dict[str, Any]) -> None:
         """The controller's new view of this partition: a whole state, or a config change."""
         if self.closed:
             return
         self.loop_ready()
+        if is_stale(state, self.state):
+            self.logger.warning("ignores a state from controller epoch %s (it heard from %s)",
+                                state.get("controller_epoch"),
+                                self.state.get("controller_epoch"))  # fmt: skip
+            return
         if "leader_epoch" not in state:
             self.state = {**self.state, **state}
             self.log.config = LogConfig.from_dict(self.state["config"])
@@ -332,7 +294,7 @@ class PartitionReplica:
             self._tasks.append(loop.create_task(self.isr.watch()))
             self._tasks.append(loop.create_task(self._report_log_gauges()))
             if not self.checked_in:
-                self._tasks.append(loop.create_task(self._check_in()))
+                self._tasks.append(loop.create_task(self.check_in.run()))
             else:
                 self.follower.start_if_needed()
         return self._appended
@@ -341,11 +303,12 @@ class PartitionReplica:
         """Take on the controller's state ``new`` (ignored when older than the one held,
         unless ``force``): persist it, then lead or follow as it says."""
         old = self.state
-        if not force and state_version(new) < state_version(old):
+        if is_stale(new, old) or (not force and state_version(new) < state_version(old)):
             return
         self.state = with_defaults({**old, **new})
         self.log.config = LogConfig.from_dict(self.state["config"])
-        write_state(self.directory, self.state)
+        if self.state != old:  # the reconcile re-sends states already held
+            write_state(self.directory, self.state)
         s = self.state
         if s["leader"] == self.broker_id:
             leader = self.leader
@@ -475,18 +438,3 @@ class PartitionReplica:
 async def _notify(condition: asyncio.Condition) -> None:
     async with condition:
         condition.notify_all()
-
-
-def log_position(log: Log) -> tuple[int, int]:
-    """(the leader epoch of the last record written, log end offset): how far a log reaches,
-    for choosing the longest when every candidate lost its unflushed tail. An epoch recorded
-    at an election but never written to does not count."""
-    written = [e.epoch for e in log.epoch_cache.entries if e.start_offset < log.log_end_offset]
-    return (written[-1] if written else -1, log.log_end_offset)
-
-
-def current_node_id() -> str | None:
-    """The Ray node this process runs on (None outside Ray; never starts Ray)."""
-    if not ray.is_initialized():
-        return None
-    return ray.get_runtime_context().get_node_id()

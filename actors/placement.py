@@ -69,10 +69,20 @@ def agent_name(disk: str) -> str:
     return f"rafka-agent-{disk}"
 
 
+REPLICA_PREFIX = "rafka-replica-"
+_REPLICA_NAME = re.compile(rf"^{REPLICA_PREFIX}([0-9A-Za-z]+)-(\d+)-b(\d+)$")
+
+
 def replica_name(topic_id: str, partition: int, broker_id: int) -> str:
     """Actor name of one replica. It uses the topic id, not the name, so a topic deleted and
     created again under the same name never meets the old topic's actors."""
-    return f"rafka-replica-{topic_id}-{partition}-b{broker_id}"
+    return f"{REPLICA_PREFIX}{topic_id}-{partition}-b{broker_id}"
+
+
+def parse_replica_name(name: str) -> tuple[str, int, int] | None:
+    """(topic id, partition, broker id) of a replica actor name; None for another name."""
+    match = _REPLICA_NAME.match(name)
+    return (match[1], int(match[2]), int(match[3])) if match else None
 
 
 def coordinator_name(shard: int) -> str:

@@ -2,9 +2,9 @@
 
 The state is the controller's latest view of the partition as this replica last heard it
 (``{topic, topic_id, partition, broker_id, leader, leader_epoch, isr, replicas,
-partition_epoch, adding, removing, config, settings}``), msgpack-encoded and replaced
-atomically on every change. Only the ``PartitionReplica`` that owns the directory reads or
-writes it, from its one event loop.
+partition_epoch, adding, removing, config, settings, controller_epoch}``), msgpack-encoded
+and replaced atomically on every change. Only the ``PartitionReplica`` that owns the
+directory reads or writes it, from its one event loop.
 
 After a crash the file holds the last state written whole (the write is atomic), possibly
 older than the controller's; the replica therefore checks in with the controller before it
@@ -44,6 +44,12 @@ def write_state(directory: str, state: dict[str, Any]) -> None:
 def state_version(state: dict[str, Any]) -> tuple[int, int]:
     """(leader epoch, partition epoch): states compare by this pair, newer is greater."""
     return state.get("leader_epoch", -1), state.get("partition_epoch", -1)
+
+
+def is_stale(new: dict[str, Any], held: dict[str, Any]) -> bool:
+    """True when ``new`` comes from an older controller than ``held`` did: another
+    controller took over since (states without a controller epoch predate them)."""
+    return new.get("controller_epoch", 0) < held.get("controller_epoch", 0)
 
 
 def with_defaults(state: dict[str, Any]) -> dict[str, Any]:

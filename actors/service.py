@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import ray
@@ -116,6 +117,13 @@ def start_services(
             f"--labels {DISK_LABEL}=<disk name>"
         )
     controller = find_controller(namespace)
+    if controller is not None and _was_stopping(controller, timeout_s):
+        # A `rafka down` that stopped the replicas but was interrupted before it killed the
+        # controller: that one no longer watches brokers; a new one takes over the log.
+        log.warning("replacing a controller left over from an interrupted stop")
+        ray.kill(controller, no_restart=True)
+        _wait_until_gone(namespace, timeout_s)
+        controller = None
     if controller is None:
         dedicated = controller_nodes()
         disk = controller_disk or (dedicated[0] if dedicated else disks[0])
@@ -147,6 +155,32 @@ def start_services(
             log.warning("the node agent of disk %s did not start: %r", disk, e)
     ray.get(controller.reconcile.remote(), timeout=timeout_s)
     return controller
+
+
+def running_settings(namespace: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """The cluster settings the running controller uses."""
+    controller = find_controller(namespace)
+    if controller is None:
+        raise BrokerNotAvailable(f"no rafka controller runs in Ray namespace {namespace!r}")
+    return ray.get(controller.settings_in_force.remote(), timeout=timeout_s)
+
+
+def _was_stopping(controller, timeout_s: float) -> bool:
+    try:
+        return bool(ray.get(controller.ping.remote(), timeout=timeout_s).get("stopping"))
+    except ray.exceptions.RayActorError:
+        return False  # restarting: a restarted controller is not stopping
+
+
+def _wait_until_gone(namespace: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while find_controller(namespace) is not None:
+        if time.monotonic() > deadline:
+            raise BrokerNotAvailable(
+                f"the old rafka controller in namespace {namespace!r} did not stop in "
+                f"{timeout_s:g} s; run `rafka down`, then start again"
+            )
+        time.sleep(0.1)
 
 
 def stop_services(namespace: str, timeout_s: float = 120.0) -> dict[str, int]:

@@ -1,15 +1,20 @@
 """Topic administration on the controller: create, grow, configure, delete, describe.
 
 Each request is decided by ``rafka.cluster.controller`` (plain Python) and appended to the
-metadata log under the controller's lock before any replica actor is created, told or
-deleted; placement uses the brokers that are live and have a node agent. ``metadata`` is
-what clients refresh their leaders from, and creates a topic on first use when
+metadata log under the controller's lock; replica actors are created, told or deleted after
+the lock is released (creating actors takes seconds, and failover must not wait behind it).
+Placement uses the brokers that are live and have a node agent. ``metadata`` is what
+clients refresh their leaders from, and creates a topic on first use when
 ``auto.create.topics.enable`` is on.
 
+Retries are safe: create, grow and delete carry the client's request id, recorded with the
+change, and a retry of a request already carried out (its first answer lost when the
+controller died) is answered as it was, after starting any replica actor still missing.
+
 Part of the Controller actor, on its event loop. A crash after the append and before the
-replicas were created or deleted leaves the metadata ahead of the actors: ``reconcile`` (run
-when the services start) creates missing replicas, and a replica of a deleted topic finds
-itself unassigned when it next checks in (after a restart) and deletes itself.
+replicas were created or deleted leaves the metadata ahead of the actors: the reconcile
+(``rafka.actors.reconcile``, at start and periodically) creates missing replicas and deletes
+stray ones.
 """
 
 from __future__ import annotations
@@ -42,49 +47,44 @@ class TopicAdmin:
 
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, config: dict | None,
-        internal: bool = False,
+        internal: bool = False, request_id: str | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         core, calls = self.core, self.calls
         async with core.lock:
-            topic_id, records = decide.create_topic(
-                core.image, name, partitions, replication_factor, config, calls.live_brokers(),
-                internal,
-            )  # fmt: skip
-            core.store.append(records)
-            topic = core.image.topics[topic_id]
-            await calls.ensure(calls.states_by_broker(topic, topic.partitions.values()))
-            self.changes.refresh_health_gauges()
-            return self.describe(topic)
+            topic = self._done_before(request_id, name)
+            if topic is None:
+                topic_id, records = decide.create_topic(
+                    core.image, name, partitions, replication_factor, config,
+                    calls.live_brokers(), internal,
+                )  # fmt: skip
+                core.store.append(records + _request(request_id, "create_topic"))
+                topic = core.image.topics[topic_id]
+        # Outside the lock: creating actors takes seconds, and failover must not wait.
+        await self._start_replicas(topic, topic.partitions.values())
+        return self.describe(self._current(topic))
 
-    async def create_partitions(self, name: str, total: int) -> dict[str, Any]:
+    async def create_partitions(
+        self, name: str, total: int, request_id: str | None = None
+    ) -> dict[str, Any]:
         core, calls = self.core, self.calls
         async with core.lock:
-            records = decide.create_partitions(core.image, name, total, calls.live_brokers())
-            core.store.append(records)
-            topic = core.image.topic(name)
-            new = [topic.partitions[r["partition"]] for r in records]
-            await calls.ensure(calls.states_by_broker(topic, new))
-            self.changes.refresh_health_gauges()
-            return self.describe(topic)
+            topic = self._done_before(request_id, name)
+            if topic is None:
+                records = decide.create_partitions(core.image, name, total, calls.live_brokers())
+                core.store.append(records + _request(request_id, "create_partitions"))
+                topic = core.image.topic(name)
+                new = [topic.partitions[r["partition"]] for r in records]
+            else:
+                new = list(topic.partitions.values())
+        await self._start_replicas(topic, new)
+        return self.describe(self._current(topic))
 
     async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         core = self.core
         async with core.lock:
             core.store.append(decide.alter_config(core.image, name, changes))
             topic = core.image.topic(name)
-            config = topic.config
-        pushes = []
-        for p in topic.partitions.values():
-            for b in p.replicas:
-                if core.liveness.is_live(b):  # the others read it when they check in
-                    try:
-                        pushes.append(self.calls.replica(topic, p, b).update_state.remote(
-                            {"config": config}
-                        ))  # fmt: skip
-                    except ValueError:
-                        pass
-        if pushes:
-            await asyncio.wait([asyncio.ensure_future(r) for r in pushes], timeout=10)
+        await self.calls.push_config(topic)
         if unclean_election_enabled(topic):  # leaderless partitions may take any live replica
             await self.changes.change(
                 lambda t, q: elections.elect_if_leaderless(
@@ -92,20 +92,43 @@ class TopicAdmin:
                 ),
                 only=[(topic, q) for q in topic.partitions.values()],
             )  # fmt: skip
-        return self.describe(topic)
+        return self.describe(self._current(topic))
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, request_id: str | None = None) -> None:
         core, calls = self.core, self.calls
         async with core.lock:
+            if request_id is not None and request_id in core.image.requests:
+                return  # a retry: done before (the reconcile removes what was left)
             topic_id, records = decide.delete_topic(core.image, name)
             topic = core.image.topics[topic_id]
-            core.store.append(records)
+            core.store.append(records + _request(request_id, "delete_topic"))
         self.changes.refresh_health_gauges()
         by_broker = calls.states_by_broker(topic, topic.partitions.values())
         live = set(calls.live_brokers())
         await asyncio.gather(
-            *(calls.call_agent(b, "delete_replicas", s) for b, s in by_broker.items() if b in live)
+            *(calls.delete_replicas(b, s) for b, s in by_broker.items() if b in live)
         )
+
+    def _done_before(self, request_id: str | None, name: str) -> TopicState | None:
+        """The topic a retried request (same ``request_id``) created or grew before; None
+        for a request not seen. Under the lock."""
+        image = self.core.image
+        if request_id is None or request_id not in image.requests:
+            return None
+        return image.topic(name)  # UnknownTopicOrPartition: deleted since
+
+    async def _start_replicas(self, topic: TopicState, partitions) -> None:
+        """Create the replica actors of ``partitions`` on live brokers (those that exist
+        already are found, not created twice); the others start when their broker returns."""
+        calls = self.calls
+        live = set(calls.live_brokers())
+        by_broker = calls.states_by_broker(topic, partitions)
+        await calls.ensure({b: s for b, s in by_broker.items() if b in live})
+        self.changes.refresh_health_gauges()
+
+    def _current(self, topic: TopicState) -> TopicState:
+        """``topic`` as the image has it now (it may have changed, or been deleted, since)."""
+        return self.core.image.topics.get(topic.topic_id, topic)
 
     def list_topics(self, include_internal: bool) -> list[str]:
         return sorted(
@@ -152,3 +175,10 @@ class TopicAdmin:
             except UnknownTopicOrPartition as e:
                 out[name] = (e.errno, str(e))
         return out
+
+
+def _request(request_id: str | None, kind: str) -> list[dict[str, Any]]:
+    """The record that remembers a carried-out admin request, appended with its change."""
+    if request_id is None:
+        return []
+    return [{"type": "request", "request_id": str(request_id), "kind": kind}]

@@ -38,6 +38,7 @@ from rafka.errors import (
     IneligibleReplica,
     InvalidReplicaAssignment,
     InvalidUpdateVersion,
+    NoReassignmentInProgress,
     NotLeaderOrFollower,
 )
 
@@ -331,9 +332,12 @@ def reassign(
             f"brokers {unknown} are not registered; known brokers: {sorted(brokers)}"
         )
     if p.adding or p.removing:
+        if target == p.target_replicas:
+            return None  # the same plan again (a retried request): nothing to change
         raise InvalidReplicaAssignment(
             f"partition {p.partition} is already being reassigned (adding {p.adding}, "
-            f"removing {p.removing}); wait for it to finish"
+            f"removing {p.removing}); wait for it to finish or cancel it first "
+            "(admin.cancel_reassignment, `rafka topics reassign --cancel`)"
         )
     if target == p.replicas:
         return None
@@ -361,3 +365,33 @@ def complete_reassignment(
     )  # fmt: skip
     fields = _elected(candidate, live, unclean, min_isr)
     return _with(p, replicas=target, adding=[], removing=[], **fields)
+
+
+def cancel_reassignment(
+    p: PartitionState, live: Collection[int], unclean: bool, min_isr: int = 1
+) -> PartitionState:
+    """Put a partition being reassigned back on its original replicas (Kafka's
+    alterPartitionReassignments with no target, KIP-455): the replicas it was adding leave
+    the replica set, the ISR and the eligible replicas; a leader among them gives way to an
+    original replica in sync. Refused (NoReassignmentInProgress) when none is under way, and
+    (InvalidReplicaAssignment) when no original replica is in sync any more: only the new
+    ones hold every committed record then, and the reassignment should finish instead."""
+    if not (p.adding or p.removing):
+        raise NoReassignmentInProgress(
+            f"partition {p.partition} is not being reassigned (replicas {p.replicas})"
+        )
+    original = [b for b in p.replicas if b not in p.adding]
+    isr = [b for b in p.isr if b in original]
+    if not isr:
+        raise InvalidReplicaAssignment(
+            f"partition {p.partition} cannot go back to {original}: none of them is in sync "
+            f"(ISR {p.isr}); let the reassignment finish, then reassign again"
+        )
+    candidate = replace(
+        p, replicas=original, isr=isr, adding=[], removing=[],
+        leader=p.leader if p.leader in original else NO_LEADER,
+        elr=[b for b in p.elr if b in original],
+        unclean_logs={b: v for b, v in p.unclean_logs.items() if b in original},
+    )  # fmt: skip
+    fields = _elected(candidate, live, unclean, min_isr)
+    return _with(p, replicas=original, adding=[], removing=[], **fields)

@@ -27,6 +27,10 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
                                 "a follower not caught up for this long leaves the ISR"),
     "replica.fetch.wait.max.ms": (500, int, 0, "long-poll time of a follower fetch"),
     "replica.fetch.max.bytes": (1 << 20, int, 1, "bytes a follower fetch asks for"),
+    "metadata.reconcile.interval.ms": (10_000, int, 10,
+                                       "how often the controller re-pushes every partition "
+                                       "state and creates or deletes replica actors to "
+                                       "match the metadata"),
     "auto.leader.rebalance.enable": (True, bool, 0,
                                      "move leadership back to preferred replicas"),
     # Kafka checks every 300 s; moving a leader back here costs one metadata record and one

@@ -19,7 +19,7 @@ from rafka.clients.admin import Admin
 from rafka.clients.consumer import Consumer
 from rafka.clients.metadata import MetadataCache
 from rafka.clients.producer import Producer
-from rafka.cluster.settings import validate_settings
+from rafka.cluster.settings import setting, validate_settings
 from rafka.errors import BrokerNotAvailable
 
 _gateways: dict[str, Gateway] = {}
@@ -98,7 +98,7 @@ def connect(
     *,
     data_dir: str | None = None,
     namespace: str | None = None,
-    auto_create_topics: bool = False,
+    auto_create_topics: bool | None = None,
     controller_disk: str | None = None,
     settings: dict[str, Any] | None = None,
     start: bool = True,
@@ -111,9 +111,13 @@ def connect(
     ("auto", "ray://head:10001", "host:6379"): join that Ray cluster. Either way the services
     are started unless they already run (``start=False`` only attaches). What is given here
     (``auto_create_topics``, ``controller_disk`` and the cluster ``settings``, Kafka broker
-    property names listed in ``rafka.cluster.settings``) applies when the services start.
+    property names listed in ``rafka.cluster.settings``) applies when the services start;
+    the metadata log keeps the settings, so a later start without them keeps them. Settings
+    given to running services that differ from the ones they run with raise InvalidConfig.
     """
     cluster_settings = validate_settings(settings)
+    if auto_create_topics is not None:
+        cluster_settings["auto.create.topics.enable"] = bool(auto_create_topics)
     namespace = namespace or default_namespace()
     data_root = os.path.abspath(data_dir) if data_dir else default_data_root()
     service.ensure_ray(address, namespace)
@@ -122,6 +126,23 @@ def connect(
             raise BrokerNotAvailable(
                 f"no rafka services run in Ray namespace {namespace!r}; run `rafka up`"
             )
-        cluster_settings.setdefault("auto.create.topics.enable", auto_create_topics)
         service.start_services(data_root, namespace, cluster_settings, controller_disk)
+    elif cluster_settings:
+        check_running_settings(cluster_settings, service.running_settings(namespace))
     return Cluster(namespace, address)
+
+
+def check_running_settings(asked: dict[str, Any], running: dict[str, Any]) -> None:
+    """InvalidConfig naming every setting in ``asked`` that the running services do not use
+    (a default counts as its value), and how to change them."""
+    differ = {
+        name: (setting(running, name), value) for name, value in asked.items()
+        if setting(running, name) != value
+    }  # fmt: skip
+    if differ:
+        listed = ", ".join(f"{n}={new!r} (running with {old!r})" for n, (old, new) in differ.items())
+        raise InvalidConfig(
+            f"the rafka services already run with other settings: {listed}; cluster settings "
+            "apply when the services start: stop them with `rafka down` (or "
+            "cluster.shutdown()) and start them again with the new settings"
+        )
