@@ -191,6 +191,17 @@ class BrokerCalls:
                 self.core.store.append(
                     node_restarts.replicas_seen_on(self.core.image, node, keys)
                 )
+        # The partitions may have changed while their actors were being created, and the
+        # pushes of those changes found no actor: tell them the state they have now.
+        for broker_id, states in by_broker.items():
+            for s in states:
+                topic = self.core.image.topics.get(s["topic_id"])
+                p = topic.partitions.get(s["partition"]) if topic is not None else None
+                if p is not None and broker_id in p.replicas and (
+                    p.leader_epoch, p.partition_epoch) != (s["leader_epoch"], s["partition_epoch"]
+                ):  # fmt: skip
+                    self.tell(topic.topic_id, p.partition, broker_id,
+                              self.replica_state(topic, p, broker_id))  # fmt: skip
 
     def tell(self, topic_id: str, partition: int, broker_id: int, state: dict) -> None:
         """Send ``state`` (whole, or a config change) to one replica without waiting; its

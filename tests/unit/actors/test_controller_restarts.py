@@ -1,0 +1,457 @@
+"""The controller decides on current state, carries out what it recorded even across its own
+death, and never contradicts itself: each scenario runs the real controller parts over a
+real metadata log and a fake Ray layer (``controller_fakes``), with the interleaving fixed
+by the test (a request held at an actor call, a fencing queued ahead on the lock, a process
+dying right after an append)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rafka.actors.placement import replica_name
+from rafka.cluster.metadata import NO_LEADER
+from rafka.errors import (
+    InvalidReplicaAssignment,
+    NoReassignmentInProgress,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from tests.unit.actors.controller_fakes import (
+    ControllerProcess,
+    ProcessDied,
+    Registry,
+    settle,
+)
+
+DISKS = ["d0", "d1", "d2", "d3"]
+
+
+class Cluster:
+    """Four brokers (0..3) with agents, and the controller's lives over one directory."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.registry = Registry()
+        self.appended: list[dict] = []
+        self.process: ControllerProcess | None = None
+
+    async def start(self, settings: dict | None = None, **kwargs) -> ControllerProcess:
+        self.process = ControllerProcess(self.directory, self.registry, self.appended,
+                                         settings, **kwargs)  # fmt: skip
+        if not self.registry.actors:
+            for disk in DISKS:
+                broker_id = await self.process.brokers.heartbeat(disk, None, None, None)
+                self.registry.add_agent(broker_id[0], disk)
+        await self.process.heartbeat_all()
+        await settle(self.process)
+        return self.process
+
+    async def restart(self, **kwargs) -> ControllerProcess:
+        if self.process.alive:
+            await self.process.die()
+        process = await self.start(**kwargs)
+        await process.reconciler.reconcile()
+        await settle(process)
+        return process
+
+    def replicas_of(self, topic_id: str) -> dict[tuple, object]:
+        return {k: r for k, r in self.registry.replicas().items() if k[0] == topic_id}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(str(tmp_path / "controller"))
+    yield c
+    if c.process is not None and c.process.alive:
+        c.process.store.close()
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+async def create(process: ControllerProcess, name: str, partitions: int = 1, rf: int = 3,
+                 request_id: str | None = None) -> dict:  # fmt: skip
+    described = await process.topics.create_topic(name, partitions, rf, None, False, request_id)
+    await settle(process)
+    return described
+
+
+def assert_replicas_match_metadata(cluster: Cluster, process: ControllerProcess) -> None:
+    """Every replica the metadata names runs and holds its partition's state (leader and
+    epochs); no replica actor runs that the metadata does not name."""
+    wanted = {}
+    for topic in process.image.topics.values():
+        for p in topic.partitions.values():
+            for b in p.replicas:
+                wanted[(topic.topic_id, p.partition, b)] = p
+    running = cluster.registry.replicas()
+    assert set(running) == set(wanted)
+    for key, p in wanted.items():
+        s = running[key].state
+        assert (s["leader"], s["leader_epoch"], s["partition_epoch"]) == (
+            p.leader, p.leader_epoch, p.partition_epoch), key
+
+
+# -- decisions on current state ---------------------------------------------------------------
+
+
+def test_a_fencing_queued_ahead_of_the_leaders_isr_proposal_is_not_undone(cluster):
+    """The leader's ISR proposal waits on the lock behind the fencing of that leader: it is
+    decided on the fenced state (refused), so the leader epoch never goes back and no epoch
+    is handed out twice."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", rf=3)
+        topic_id, p0 = t["topic_id"], t["partitions"][0]
+        leader = p0["leader"]
+        await process.core.lock.acquire()  # hold the lock while both requests queue
+        fence = process.run(process.brokers.fence(leader))
+        await asyncio.sleep(0)
+        shrink = process.run(process.changes.alter_isr(
+            topic_id, 0, leader, p0["leader_epoch"], p0["partition_epoch"],
+            [b for b in p0["isr"] if b != 2] or [leader], None,
+        ))  # fmt: skip
+        await asyncio.sleep(0)
+        process.core.lock.release()
+        await fence
+        errno, _, _ = await shrink
+        state = process.image.topics[topic_id].partitions[0]
+        assert errno != 0
+        assert state.leader != leader and state.leader_epoch == p0["leader_epoch"] + 1
+        epochs = [(r["leader_epoch"], r["leader"]) for r in cluster.appended
+                  if r["type"] == "partition" and r["topic_id"] == topic_id]  # fmt: skip
+        assert len({e for e, _ in epochs}) == len(set(epochs))  # one leader per epoch
+        process.store.close()
+
+    run(main())
+
+
+def test_a_check_in_queued_behind_the_deletion_of_its_topic_records_nothing(cluster):
+    """A replica's check-in decided after its topic was deleted answers "not yours" and
+    writes no record for the deleted topic: the controller restarts from its log."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "gone", rf=2)
+        topic_id = t["topic_id"]
+        broker = t["partitions"][0]["replicas"][1]
+        await process.core.lock.acquire()
+        delete = process.run(process.topics.delete_topic("gone"))
+        await asyncio.sleep(0)
+        check_in = process.run(process.changes.replica_started(
+            topic_id, 0, broker, False, (0, 10), None))  # fmt: skip
+        await asyncio.sleep(0)
+        process.core.lock.release()
+        await delete
+        assert await check_in == (None, False, -1)
+        after_delete = [i for i, r in enumerate(cluster.appended) if r["type"] == "delete"][-1]
+        assert not [r for r in cluster.appended[after_delete + 1:]
+                    if r.get("topic_id") == topic_id]  # fmt: skip
+        process = await cluster.restart()  # the log replays
+        assert "gone" not in process.image.topic_ids
+        process.store.close()
+
+    run(main())
+
+
+# -- recorded, then carried out after a crash -------------------------------------------------
+
+
+def test_an_election_recorded_but_never_pushed_reaches_the_replicas_after_a_restart(cluster):
+    """The controller dies right after appending a preferred election: the restarted one
+    pushes every state, so all replicas follow the new leader."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", rf=3)
+        topic_id = t["topic_id"]
+        preferred = t["partitions"][0]["replicas"][0]
+        await process.brokers.fence(preferred)
+        await settle(process)
+        await process.brokers.heartbeat(f"d{preferred}", preferred, None, None)
+        await settle(process)
+        # Back in the ISR (its leader proposed it), then a preferred election that dies.
+        p = process.image.topics[topic_id].partitions[0]
+        await process.changes.alter_isr(topic_id, 0, p.leader, p.leader_epoch,
+                                        p.partition_epoch, p.isr + [preferred], None)
+        await settle(process)
+        process.store.die_after_append = True
+        with pytest.raises(ProcessDied):
+            await process.changes.elect_leaders("preferred", "orders", [0])
+        recorded = process.image.topics[topic_id].partitions[0]
+        assert recorded.leader == preferred
+        assert all(r.state["leader"] != preferred
+                   for r in cluster.replicas_of(topic_id).values())  # never told
+        process = await cluster.restart()
+        assert_replicas_match_metadata(cluster, process)
+        process.store.close()
+
+    run(main())
+
+
+def test_a_push_lost_on_its_way_is_repaired_by_the_next_reconcile(cluster):
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", rf=3)
+        leader = t["partitions"][0]["leader"]
+        await process.brokers.fence(leader)
+        await process.ray.deliver(keep=lambda message: False)  # every push lost
+        await process.brokers.heartbeat(f"d{leader}", leader, None, None)
+        await process.ray.deliver(keep=lambda message: False)
+        done = await process.reconciler.reconcile()
+        await settle(process)
+        assert done.pushed == 3
+        assert_replicas_match_metadata(cluster, process)
+        process.store.close()
+
+    run(main())
+
+
+def test_a_topic_whose_creation_died_gets_its_replicas_and_its_retry_succeeds(cluster):
+    """The controller dies while the agents create the new topic's actors: the restarted
+    one creates the missing replicas, the client's retry (same request id) is answered with
+    the topic, and another request for the same name still gets TopicAlreadyExists."""
+
+    async def main():
+        process = await cluster.start()
+        process.ray.hold("ensure_replicas")
+        creating = process.run(create(process, "orders", 2, 2, request_id="req-1"))
+        while not process.ray.waiting.get("ensure_replicas"):
+            await asyncio.sleep(0)
+        await process.die()
+        assert creating.cancelled()
+        process = await cluster.restart()
+        topic_id = process.image.topic_ids["orders"]
+        assert_replicas_match_metadata(cluster, process)
+        again = await create(process, "orders", 2, 2, request_id="req-1")
+        assert again["topic_id"] == topic_id
+        with pytest.raises(TopicAlreadyExists):
+            await create(process, "orders", 2, 2, request_id="req-2")
+        process.store.close()
+
+    run(main())
+
+
+def test_a_topic_whose_deletion_died_leaves_no_replicas_and_its_retry_succeeds(cluster):
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", 2, 3)
+        process.ray.hold("delete_replicas")
+        deleting = process.run(process.topics.delete_topic("orders", "req-9"))
+        while not process.ray.waiting.get("delete_replicas"):
+            await asyncio.sleep(0)
+        await process.die()
+        assert deleting.cancelled() and cluster.replicas_of(t["topic_id"])
+        process = await cluster.restart()
+        assert not cluster.replicas_of(t["topic_id"])
+        await process.topics.delete_topic("orders", "req-9")  # the retry: no error
+        with pytest.raises(UnknownTopicOrPartition):
+            await process.topics.delete_topic("orders", "req-10")
+        process.store.close()
+
+    run(main())
+
+
+def test_a_retried_partition_increase_is_answered_as_the_first(cluster):
+    async def main():
+        process = await cluster.start()
+        await create(process, "orders", 1, 2)
+        first = await process.topics.create_partitions("orders", 3, "grow-1")
+        again = await process.topics.create_partitions("orders", 3, "grow-1")
+        assert len(first["partitions"]) == len(again["partitions"]) == 3
+        process.store.close()
+
+    run(main())
+
+
+def test_a_snapshot_that_dies_halfway_leaves_a_log_the_next_controller_opens(cluster):
+    async def main():
+        process = await cluster.start(snapshot_every=5)
+        process.store.die_in_snapshot = True
+        with pytest.raises(ProcessDied):
+            for i in range(10):
+                await create(process, f"t{i}", 1, 1)
+        names = set(process.image.topic_ids)
+        process = await cluster.restart(snapshot_every=5)
+        assert set(process.image.topic_ids) == names
+        process.store.close()
+
+    run(main())
+
+
+# -- fencing, locking, reassignment ----------------------------------------------------------
+
+
+def test_a_broker_fenced_before_a_restart_is_fenced_after_it_and_its_return_elects(cluster):
+    """Fencing is in the metadata log: the restarted controller does not count the silent
+    broker live, and its first heartbeat brings its leaderless partitions back."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "solo", 1, 1)
+        only = t["partitions"][0]["replicas"][0]
+        cluster.registry.down.add(only)
+        await process.brokers.fence(only)
+        await settle(process)
+        topic_id = t["topic_id"]
+        assert process.image.topics[topic_id].partitions[0].leader == NO_LEADER
+        process = await cluster.restart()
+        assert not process.core.liveness.is_live(only)
+        cluster.registry.down.discard(only)
+        await process.brokers.heartbeat(f"d{only}", only, None, None)
+        await settle(process)
+        assert process.image.topics[topic_id].partitions[0].leader == only
+        assert only not in process.image.fenced_brokers
+        process.store.close()
+
+    run(main())
+
+
+def test_failover_does_not_wait_for_a_topic_creation_to_start_its_actors(cluster):
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", 1, 3)
+        process.ray.hold("ensure_replicas")
+        creating = process.run(create(process, "slow", 1, 3))
+        while not process.ray.waiting.get("ensure_replicas"):
+            await asyncio.sleep(0)
+        leader = t["partitions"][0]["leader"]
+        await asyncio.wait_for(process.brokers.fence(leader), 1.0)  # not behind the lock
+        assert process.image.topics[t["topic_id"]].partitions[0].leader != leader
+        process.ray.release("ensure_replicas")
+        await creating
+        process.store.close()
+
+    run(main())
+
+
+def test_a_reassignment_whose_new_replica_failed_to_start_is_retried_and_can_be_cancelled(
+    cluster,
+):
+    """The added replica's node cannot start actors: the reassignment stays under way (it
+    does not refuse later ones forever), the reconcile starts the replica once it can, and
+    cancelling puts the partition back and deletes the added replica."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", 1, 2)
+        topic_id, original = t["topic_id"], t["partitions"][0]["replicas"]
+        target = [b for b in range(4) if b not in original][:1] + original[:1]
+        added = target[0]
+        agent = cluster.registry.actors[f"rafka-agent-d{added}"]
+        agent.refuse_creation = True
+        await process.reassignments.reassign_partitions("orders", {0: target})
+        await settle(process)
+        assert (topic_id, 0, added) not in cluster.registry.replicas()
+        await process.reassignments.reassign_partitions("orders", {0: target})  # same plan
+        with pytest.raises(InvalidReplicaAssignment, match="cancel"):
+            await process.reassignments.reassign_partitions("orders", {0: original[::-1]})
+        agent.refuse_creation = False
+        await process.reconciler.reconcile()
+        await settle(process)
+        assert (topic_id, 0, added) in cluster.registry.replicas()
+        await process.reassignments.cancel_reassignment("orders", None)
+        await settle(process)
+        p = process.image.topics[topic_id].partitions[0]
+        assert (p.replicas, p.adding, p.removing) == (original, [], [])
+        assert (topic_id, 0, added) not in cluster.registry.replicas()
+        with pytest.raises(NoReassignmentInProgress):
+            await process.reassignments.cancel_reassignment("orders", [0])
+        process.store.close()
+
+    run(main())
+
+
+def test_a_replica_moved_away_and_back_receives_the_pushes(cluster):
+    """The controller's cached handle of a deleted replica is dropped: the replica created
+    again under the same name gets the next states."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", 1, 2)
+        topic_id, original = t["topic_id"], t["partitions"][0]["replicas"]
+        other = [b for b in range(4) if b not in original][0]
+        away = [original[0], other]
+        await process.reassignments.reassign_partitions("orders", {0: away})
+        p = process.image.topics[topic_id].partitions[0]
+        await process.changes.alter_isr(topic_id, 0, p.leader, p.leader_epoch,
+                                        p.partition_epoch, p.isr + [other], None)
+        await settle(process)
+        assert (topic_id, 0, original[1]) not in cluster.registry.replicas()
+        await process.reassignments.reassign_partitions("orders", {0: original})
+        await settle(process)  # the replica on original[1] runs again, a new actor
+        p = process.image.topics[topic_id].partitions[0]
+        await process.changes.alter_isr(topic_id, 0, p.leader, p.leader_epoch,
+                                        p.partition_epoch, p.isr + [original[1]], None)
+        await settle(process)
+        assert_replicas_match_metadata(cluster, process)
+        process.store.close()
+
+    run(main())
+
+
+# -- one controller at a time -----------------------------------------------------------------
+
+
+def test_each_controller_start_records_a_newer_epoch_that_every_state_carries(cluster):
+    async def main():
+        process = await cluster.start()
+        first = process.image.controller_epoch
+        t = await create(process, "orders", 1, 2)
+        process = await cluster.restart()
+        assert process.image.controller_epoch == first + 1
+        for replica in cluster.replicas_of(t["topic_id"]).values():
+            assert replica.state["controller_epoch"] == first + 1
+        process.store.close()
+
+    run(main())
+
+
+def test_a_replica_ignores_a_state_from_an_older_controller(cluster):
+    """Even one with a newer leader epoch: another controller has taken over since."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", 1, 2)
+        replica = next(iter(cluster.replicas_of(t["topic_id"]).values()))
+        held = dict(replica.state)
+        await replica.update_state({**held, "controller_epoch": held["controller_epoch"] - 1,
+                                    "leader_epoch": held["leader_epoch"] + 5})  # fmt: skip
+        assert replica.state == held
+        process.store.close()
+
+    run(main())
+
+
+def test_settings_are_kept_in_the_metadata_log_and_a_start_with_new_ones_overrides_them(
+    cluster,
+):
+    async def main():
+        process = await cluster.start({"broker.session.timeout.ms": 4000})
+        process = await cluster.restart()
+        assert process.core.settings == {"broker.session.timeout.ms": 4000}
+        process = await cluster.restart(settings={"broker.session.timeout.ms": 6000,
+                                                  "num.partitions": 3})  # fmt: skip
+        assert process.core.settings == {"broker.session.timeout.ms": 6000, "num.partitions": 3}
+        process.store.close()
+
+    run(main())
+
+
+def test_a_replica_actor_of_no_topic_is_deleted_by_the_reconcile(cluster):
+    async def main():
+        process = await cluster.start()
+        await cluster.registry.actors["rafka-agent-d1"].ensure_replicas([{
+            "topic_id": "ffff", "partition": 0, "broker_id": 1, "topic": "old",
+            "replicas": [1], "isr": [1], "leader": 1, "leader_epoch": 0, "config": {},
+        }])  # fmt: skip
+        assert replica_name("ffff", 0, 1) in cluster.registry.actors
+        done = await process.reconciler.reconcile()
+        assert done.deleted == 1 and replica_name("ffff", 0, 1) not in cluster.registry.actors
+        process.store.close()
+
+    run(main())
