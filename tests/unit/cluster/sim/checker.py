@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from tests.unit.cluster.sim.config import InvariantViolation
+from tests.unit.cluster.sim.config import InvariantViolation, State
 from tests.unit.cluster.sim.log import TRUNCATED, Entry
 
 if TYPE_CHECKING:
+    from rafka.cluster.metadata import PartitionState
     from tests.unit.cluster.sim.log import Disk
     from tests.unit.cluster.sim.replica import Replica
     from tests.unit.cluster.sim.runner import Simulation
@@ -18,7 +19,9 @@ class Checker:
     """The truth the invariants are checked against: each partition's committed log
     (records below the highest high watermark a leader exposed, taken from that leader's
     log, less what physics took: see ``_judge_losses``), every acknowledged, refused and
-    physically lost record, and who led each epoch."""
+    physically lost record, who led each epoch, and what the controller recorded: the leader
+    of each (partition, leader epoch) and the newest state of each partition, over every
+    controller process, kept apart from the controller's metadata."""
 
     def __init__(self, sim: "Simulation") -> None:
         self.sim = sim
@@ -27,6 +30,10 @@ class Checker:
         self.refused: set[int] = set()
         self.physically_lost: set[int] = set()
         self.leaders: dict[tuple[int, int], tuple[int, int]] = {}
+        self.recorded_leaders: dict[tuple[int, int], int] = {}
+        self.recorded: dict[int, tuple[int, int]] = {
+            p: State.of(s).version for p, s in sim.metadata.states.items()
+        }
         self.min_isr = min(sim.cfg.min_insync_replicas, sim.cfg.replication_factor)
 
     def _disks(self, p: int) -> list[Disk]:
@@ -39,6 +46,22 @@ class Checker:
             raise InvariantViolation(1, f"broker {me[0]} (incarnation {me[1]}) leads p{replica.p} "
                                         f"in epoch {epoch}, already led by broker {holder[0]} "
                                         f"(incarnation {holder[1]})")  # fmt: skip
+
+    def on_recorded(self, state: PartitionState) -> None:
+        """The controller recorded ``state`` in its metadata log: a leader epoch is handed
+        to one leader only (or to none: NO_LEADER), across every controller process
+        (invariant 1), and the epochs only grow (invariant 2)."""
+        p, epoch = state.partition, state.leader_epoch
+        holder = self.recorded_leaders.setdefault((p, epoch), state.leader)
+        if holder != state.leader:
+            raise InvariantViolation(1, f"the controller recorded broker {state.leader} as the "
+                                        f"leader of p{p} in epoch {epoch}, already recorded for "
+                                        f"broker {holder}")  # fmt: skip
+        version = State.of(state).version
+        if version <= self.recorded[p]:
+            raise InvariantViolation(2, f"the controller recorded p{p} at (leader epoch, "
+                                        f"partition epoch) {version}, after {self.recorded[p]}")
+        self.recorded[p] = version
 
     def on_leader_high_watermark(self, replica: Replica) -> None:
         """A leader exposed a new high watermark: what lies below it is committed, and each
@@ -95,6 +118,10 @@ class Checker:
         self._judge_losses(p)
         committed = self.committed[p]
         state = sim.controller.states[p]
+        if (state.leader_epoch, state.partition_epoch) != self.recorded[p]:
+            raise InvariantViolation(2, f"the controller holds p{p} at (leader epoch, partition "
+                                        f"epoch) {State.of(state).version}; it recorded "
+                                        f"{self.recorded[p]}")  # fmt: skip
         # Candidates that restarted uncleanly may lack records: they lead only if every
         # candidate did.
         clean_candidates = [b for b in state.candidates if b not in state.unclean_logs]
@@ -146,6 +173,20 @@ class Checker:
         sim.note(f"p{p}: committed records from offset {kept} to {len(committed)} are on no "
                  "replica after power failures")  # fmt: skip
         del committed[kept:]
+
+    def stale_states(self) -> list[str]:
+        """Every live replica whose state differs from what the controller recorded (the
+        ``convergence`` check after healing)."""
+        sim = self.sim
+        stale = []
+        for p, replicas in sim.partitions.items():
+            recorded = State.of(sim.controller.states[p])
+            for b in replicas:
+                replica = sim.brokers[b].replicas.get(p) if sim.brokers[b].up else None
+                if replica is not None and replica.state != recorded:
+                    stale.append(f"{replica!r} holds {replica.state}, the controller recorded "
+                                 f"{recorded}")  # fmt: skip
+        return stale
 
     def final_check(self, leaders: dict[int, Replica]) -> None:
         """After healing: every acknowledged record once at its offset (unless physics took

@@ -29,8 +29,12 @@ CONTROLLER_RESTART_PUSHES = "controller_restart_pushes"
 # process restarted may lead a partition only once its replica of it checked in
 # (``rafka.cluster.node_restarts``, used by ``ControllerCore.electable``).
 LIVE_AFTER_CHECKIN = "live_after_checkin"
+# The controller pushes every partition's whole state to its live replicas every
+# ``reconcile_ms`` (rafka's ``metadata.reconcile.interval.ms``), so a change recorded by a
+# controller that died before pushing it reaches every replica: ``Controller.reconcile_tick``.
+CONTROLLER_RECONCILES = "controller_reconciles"
 PROPOSALS = frozenset({MONOTONIC_EPOCH_CACHE, CHECKIN_KEEPS_NEWEST, CONTROLLER_RESTART_PUSHES,
-                       LIVE_AFTER_CHECKIN})  # fmt: skip
+                       LIVE_AFTER_CHECKIN, CONTROLLER_RECONCILES})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,12 @@ class SimConfig:
     each replica's timer flushes its whole log with ``flush_chance`` per tick, as the OS
     writes dirty pages back; "every_append" flushes every record as it is written.
     ``correlated`` adds the correlated faults: a power loss of several brokers at once (up to
-    every replica of a partition) and controller restarts. The producer: ``batch_records``
+    every replica of a partition) and controller restarts: the controller crashes as a fault
+    of its own (``controller_restart_share``), and, with ``crash_before_push_per_mille``
+    per thousand changes, in the middle of one: after it recorded a batch of decisions in its
+    metadata log, before it pushed the first of them or between two pushes. With
+    ``CONTROLLER_RECONCILES`` the controller pushes every state every ``reconcile_ms``
+    (rafka's 10 s, scaled down as the other timers). The producer: ``batch_records``
     records per batch at most, ``max_in_flight`` batches per partition, ``too_large`` of
     batches refused for good by the leader, ``answer_loss`` of produce answers lost,
     ``request_timeout_ms`` before a resend, ``delivery_timeout_ms`` before a batch fails."""
@@ -84,6 +93,8 @@ class SimConfig:
     power_loss_share: float = 0.15  # of faults, with ``correlated``
     controller_restart_share: float = 0.1  # of faults, with ``correlated``
     controller_downtime_ms: tuple[int, int] = (100, 2_000)
+    crash_before_push_per_mille: int = 20  # of the controller's changes, with ``correlated``
+    reconcile_ms: int = 2_000
     batch_records: int = 3
     max_in_flight: int = 5  # Kafka's limit for idempotence: the leader keeps five batches
     too_large: float = 0.03

@@ -13,6 +13,7 @@ from rafka.cluster.metadata import NO_LEADER, LogPosition, MetadataImage, Partit
 from rafka.errors import RafkaError
 from tests.unit.cluster.sim.config import (
     CONTROLLER,
+    CONTROLLER_RECONCILES,
     CONTROLLER_RESTART_PUSHES,
     LIVE_AFTER_CHECKIN,
     InvariantViolation,
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
     from tests.unit.cluster.sim.runner import Simulation
 
 TOPIC_ID = "sim-topic"
+
+
+class ControllerCrashed(Exception):
+    """The controller process died in the middle of a change: the event that ran it ends
+    there (``Simulation.step``), as Ray ends a call whose actor died."""
 
 
 class ControllerMetadata:
@@ -68,8 +74,11 @@ class Controller:
     (handing out a new replica epoch), ISR proposals (checked against the current replica
     epochs) and state pulls. A restart forgets liveness (every broker gets one session to
     speak up) and loses requests in flight; with ``CONTROLLER_RESTART_PUSHES`` the new process
-    pushes every partition's state once, as a reconciling controller does. Invariant 2 is
-    checked in ``_apply``."""
+    pushes every partition's state once, as a reconciling controller does, and with
+    ``CONTROLLER_RECONCILES`` every ``reconcile_ms`` too. A batch of decisions is recorded in
+    one append (``_change``), then pushed; the controller may die in between (with
+    ``crash_before_push_per_mille``). Invariant 2 is checked in ``_change``, invariants 1
+    and 2 on what it records by the checker."""
 
     id = CONTROLLER
 
@@ -97,11 +106,12 @@ class Controller:
         self.heard: set[int] = set()  # brokers this controller process has heard from
         sched.after(self.sim.rng.randrange(self.cfg.controller_tick_ms), self.tick, self.process)
         sched.after(self.cfg.preferred_leader_ms, self.preferred_leader_tick, self.process)
+        if CONTROLLER_RECONCILES in self.cfg.proposed:
+            sched.after(self.cfg.reconcile_ms, self.reconcile_tick, self.process)
         if self.process > 1 and CONTROLLER_RESTART_PUSHES in self.cfg.proposed:
             # ``Controller.start``; a partition the crash left without a leader gets one at the
             # first heartbeat of a broker that may lead it (``_alive``).
-            for p in sorted(self.states):
-                self._push(p)
+            self._push_all()
 
     def crash(self) -> None:
         self.up = False
@@ -119,20 +129,56 @@ class Controller:
         return {b for b in live if checked_in.get((p, b), 0) >= processes.get(b, 0)}
 
     def _apply(self, new: PartitionState | None) -> None:
-        if new is None:
-            return
-        old = self.states[new.partition]
-        if new == old:
-            return
-        if new.leader_epoch < old.leader_epoch or new.partition_epoch <= old.partition_epoch:
-            raise InvariantViolation(2, f"controller state of p{new.partition} went from "
-                                        f"{State.of(old)} to {State.of(new)}")  # fmt: skip
-        self.sim.stats["elections"] += new.leader != old.leader
-        self.sim.stats["isr_changes"] += new.isr != old.isr
-        self.sim.stats["eligible_leaders"] += len(new.elr) > len(old.elr)
-        self.states[new.partition] = new
-        self.sim.dirty.add(new.partition)
-        self._push(new.partition)
+        self._change([new])
+
+    def _change(self, decisions: list[PartitionState | None]) -> None:
+        """``PartitionChanges.change``: one batch of decisions (at most one per partition)
+        recorded in one append to the metadata log, then pushed partition by partition. With
+        correlated faults the controller may die after the append, before the first push or
+        between two pushes (``crash_before_push_per_mille`` of the batches): the states are
+        recorded, the pushes sent so far arrive, the rest are never sent."""
+        changed = []
+        for new in decisions:
+            if new is None:
+                continue
+            old = self.states[new.partition]
+            if new == old:
+                continue
+            if new.leader_epoch < old.leader_epoch or new.partition_epoch <= old.partition_epoch:
+                raise InvariantViolation(2, f"controller state of p{new.partition} went from "
+                                            f"{State.of(old)} to {State.of(new)}")  # fmt: skip
+            self.sim.stats["elections"] += new.leader != old.leader
+            self.sim.stats["isr_changes"] += new.isr != old.isr
+            self.sim.stats["eligible_leaders"] += len(new.elr) > len(old.elr)
+            changed.append(new)
+        for new in changed:  # the append
+            self.states[new.partition] = new
+            self.sim.checker.on_recorded(new)
+            self.sim.dirty.add(new.partition)
+        crash_at = self._crash_point(len(changed))
+        for i, new in enumerate(changed):
+            if i == crash_at:
+                self.sim.crash_controller(
+                    "crash_before_push" if i == 0 else "crash_between_pushes",
+                    f" after recording {_names(changed)}, having pushed "
+                    f"{_names(changed[:i]) or 'none'}, not {_names(changed[i:])}",
+                )  # fmt: skip
+                raise ControllerCrashed
+            self._push(new.partition)
+
+    def _crash_point(self, changes: int) -> int | None:
+        """Where the controller dies in a batch of ``changes`` recorded changes: before push
+        number ``i`` (0: before any), or None (it pushes them all)."""
+        cfg, sim = self.cfg, self.sim
+        if not (changes and cfg.correlated and cfg.crash_before_push_per_mille and sim.faulty):
+            return None
+        if sim.rng.random() * 1000 >= cfg.crash_before_push_per_mille:
+            return None
+        return sim.rng.randrange(changes)
+
+    def _push_all(self) -> None:
+        for p in sorted(self.states):
+            self._push(p)
 
     def _push(self, p: int) -> None:
         """``_push_state``: to live brokers only."""
@@ -158,11 +204,10 @@ class Controller:
             self.sim.stats["unfenced"] += 1
             self.sim.note(f"controller: broker {b} is back")
         live = self.live()
-        for p, replicas in self.sim.partitions.items():
-            if b in replicas:
-                self._apply(elections.elect_if_leaderless(self.states[p], self.live_for(p, live),
-                                                          False,
-                                                          self.min_isr))  # fmt: skip
+        hosted = [p for p, replicas in self.sim.partitions.items() if b in replicas]
+        self._change([elections.elect_if_leaderless(self.states[p], self.live_for(p, live), False,
+                                                    self.min_isr)
+                      for p in hosted])  # fmt: skip
         for p, replicas in self.sim.partitions.items():
             if b in replicas:
                 self.sim.network.send(b, "update_state", p, State.of(self.states[p]))
@@ -181,6 +226,15 @@ class Controller:
                 self.sim.scheduler.after(self.cfg.probe_timeout_ms, self.probe_expired, b, probe)
         self.sim.scheduler.after(self.cfg.controller_tick_ms, self.tick, process)
 
+    def reconcile_tick(self, process: int) -> None:
+        """The periodic reconcile (``CONTROLLER_RECONCILES``): every partition's whole state
+        to its live replicas."""
+        if not self.up or process != self.process:
+            return
+        self.sim.stats["reconciles"] += 1
+        self._push_all()
+        self.sim.scheduler.after(self.cfg.reconcile_ms, self.reconcile_tick, process)
+
     def on_probe_answer(self, b: int, probe: int) -> None:
         if self.probing.get(b) == probe:
             del self.probing[b]
@@ -196,8 +250,8 @@ class Controller:
         self.sim.stats["fenced"] += 1
         self.sim.note(f"controller: fences broker {b}")
         live = self.live()
-        for p in list(self.states):
-            self._apply(self._fence(self.states[p], b, self.live_for(p, live)))
+        self._change([self._fence(self.states[p], b, self.live_for(p, live))
+                      for p in list(self.states)])  # fmt: skip
 
     def _fence(self, p: PartitionState, b: int, live: set[int]) -> PartitionState | None:
         if self.cfg.broken == "unclean_election" and p.leader == b:
@@ -208,8 +262,8 @@ class Controller:
         if not self.up or process != self.process:
             return
         live = self.live()
-        for p in list(self.states):
-            self._apply(elections.preferred_leader(self.states[p], self.live_for(p, live)))
+        self._change([elections.preferred_leader(self.states[p], self.live_for(p, live))
+                      for p in list(self.states)])  # fmt: skip
         self.sim.scheduler.after(self.cfg.preferred_leader_ms, self.preferred_leader_tick, process)
 
     # -- requests --------------------------------------------------------------------------------
@@ -225,11 +279,9 @@ class Controller:
         if known is None or LIVE_AFTER_CHECKIN not in self.cfg.proposed:
             return
         live = self.live()
-        for p, replicas in self.sim.partitions.items():
-            if b in replicas:
-                self._apply(elections.fence_broker(self.states[p], b,
-                                                   self.live_for(p, live) - {b}, False,
-                                                   self.min_isr))  # fmt: skip
+        self._change([elections.fence_broker(self.states[p], b, self.live_for(p, live) - {b},
+                                             False, self.min_isr)
+                      for p, replicas in self.sim.partitions.items() if b in replicas])  # fmt: skip
 
     def on_heartbeat(self, b: int, process: int) -> None:
         self._seen(b, process)
@@ -278,6 +330,10 @@ class Controller:
 
     def on_pull_state(self, p: int, b: int, req: int) -> None:
         self._answer(b, "state_answer", p, req, State.of(self.states[p]))
+
+
+def _names(states: list[PartitionState]) -> str:
+    return ", ".join(f"p{s.partition}" for s in states)
 
 
 def _elect_outside_isr(p: PartitionState, dead: int, live: set[int]) -> PartitionState:

@@ -24,7 +24,7 @@ from tests.unit.cluster.sim.config import (
     SimConfig,
     State,
 )
-from tests.unit.cluster.sim.controller import Controller, ControllerMetadata
+from tests.unit.cluster.sim.controller import Controller, ControllerCrashed, ControllerMetadata
 from tests.unit.cluster.sim.network import Network, Scheduler
 from tests.unit.cluster.sim.producer import Producers
 from tests.unit.cluster.sim.replica import Replica
@@ -112,7 +112,10 @@ class Simulation:
         self.tail.append(entry)
         if self.trace is not None:
             self.trace.append(_describe(*entry))
-        action(*args)
+        try:
+            action(*args)
+        except ControllerCrashed:
+            pass  # the controller died in the middle of this event (``crash_controller``)
         if self.dirty:
             for p in self.dirty:
                 self.checker.check_partition(p)
@@ -222,11 +225,7 @@ class Simulation:
         if roll < cfg.controller_restart_share:
             if not self.controller.up:
                 return False
-            self.faults["controller_restart"] += 1
-            self.note("the controller crashes")
-            self.controller.crash()
-            self.scheduler.after(self.rng.randint(*cfg.controller_downtime_ms),
-                                 self.restart_controller)  # fmt: skip
+            self.crash_controller("controller_restart")
             return True
         if roll >= cfg.controller_restart_share + cfg.power_loss_share:
             return False
@@ -241,6 +240,15 @@ class Simulation:
             self.brokers[b].crash(True)
             self.scheduler.after(self.rng.randint(*cfg.downtime_ms), self.restart, b)
         return True
+
+    def crash_controller(self, fault: str, how: str = "") -> None:
+        """The controller process dies (``fault`` counts it; ``how`` says where, for the
+        trace) and a new one starts after a random downtime."""
+        self.faults[fault] += 1
+        self.note(f"the controller crashes{how}")
+        self.controller.crash()
+        self.scheduler.after(self.rng.randint(*self.cfg.controller_downtime_ms),
+                             self.restart_controller)  # fmt: skip
 
     def restart_controller(self) -> None:
         if not self.controller.up:
@@ -288,7 +296,9 @@ class Simulation:
 
     def heal(self) -> None:
         """Stop faults and producing, bring every broker back, and run until every replica
-        holds its leader's whole log, committed; then check the acknowledged records."""
+        holds its leader's whole log, committed, and the state the controller recorded; then
+        check the acknowledged records. Not converged in time: the replicas left on another
+        state than the recorded one (invariant ``convergence``), else ``liveness``."""
         self.faulty = False
         self.network.faulty = False
         self.restart_controller()
@@ -297,6 +307,11 @@ class Simulation:
         deadline = self.scheduler.now + self.cfg.heal_limit_ms
         while (leaders := self._converged()) is None:
             if self.scheduler.now > deadline:
+                stale = self.checker.stale_states()
+                if stale:
+                    raise InvariantViolation("convergence", "the cluster did not converge "
+                                             f"within {self.cfg.heal_limit_ms} ms of healing: "
+                                             + "; ".join(stale))  # fmt: skip
                 raise InvariantViolation("liveness", "the cluster did not converge within "
                                                      f"{self.cfg.heal_limit_ms} ms of healing")
             for _ in range(50):
@@ -318,6 +333,8 @@ class Simulation:
             for b in replicas:
                 r = self.brokers[b].replicas.get(p)
                 if r is None or not r.checked_in or r.disk.log != log or r.hw != len(log):
+                    return None
+                if r.state != State.of(state):
                     return None
             leaders[p] = leader
         return leaders
@@ -378,7 +395,7 @@ def cli_options(cfg: SimConfig) -> str:
         elif name in NAMED_OPTIONS:
             out.append(f"{flag} {value}")
         else:
-            out.append(f"--set {name}={value!r}".replace(" ", ""))
+            out.append("--set " + f"{name}={value!r}".replace(" ", ""))
     return "".join(" " + o for o in out)
 
 
