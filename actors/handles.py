@@ -76,8 +76,10 @@ class Gateway:
     def call_controller(self, method: str, *args, timeout_s: float = 60.0) -> Any:
         """Call a controller method and wait for its answer, with rafka's errors. While the
         controller restarts (Ray brings it back after a crash) the call is retried until
-        ``timeout_s``. Metadata changes are safe to repeat: a repeat fails with a typed error
-        (TopicAlreadyExists, ...) rather than changing anything twice."""
+        ``timeout_s``. Metadata changes are safe to repeat: the admin calls that create,
+        grow or delete send a request id, so a repeat of one that succeeded is answered as it
+        was, and any other repeat fails with a typed error rather than changing anything
+        twice."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:

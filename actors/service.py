@@ -157,6 +157,13 @@ def start_services(
     return controller
 
 
+def needs_start(namespace: str, timeout_s: float = 60.0) -> bool:
+    """True when no controller runs in ``namespace``, or only one left from an interrupted
+    stop (its replicas were stopped and it no longer watches brokers)."""
+    controller = find_controller(namespace)
+    return controller is None or _was_stopping(controller, timeout_s)
+
+
 def running_settings(namespace: str, timeout_s: float = 60.0) -> dict[str, Any]:
     """The cluster settings the running controller uses."""
     controller = find_controller(namespace)

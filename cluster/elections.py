@@ -371,7 +371,8 @@ def cancel_reassignment(
     p: PartitionState, live: Collection[int], unclean: bool, min_isr: int = 1
 ) -> PartitionState:
     """Put a partition being reassigned back on its original replicas (Kafka's
-    alterPartitionReassignments with no target, KIP-455): the replicas it was adding leave
+    alterPartitionReassignments with no target, KIP-455), in the order the replica list has
+    them, as Kafka's revert does: the replicas it was adding leave
     the replica set, the ISR and the eligible replicas; a leader among them gives way to an
     original replica in sync. Refused (NoReassignmentInProgress) when none is under way, and
     (InvalidReplicaAssignment) when no original replica is in sync any more: only the new

@@ -20,7 +20,7 @@ from rafka.clients.consumer import Consumer
 from rafka.clients.metadata import MetadataCache
 from rafka.clients.producer import Producer
 from rafka.cluster.settings import setting, validate_settings
-from rafka.errors import BrokerNotAvailable
+from rafka.errors import BrokerNotAvailable, InvalidConfig
 
 _gateways: dict[str, Gateway] = {}
 _gateways_lock = threading.Lock()
@@ -121,7 +121,7 @@ def connect(
     namespace = namespace or default_namespace()
     data_root = os.path.abspath(data_dir) if data_dir else default_data_root()
     service.ensure_ray(address, namespace)
-    if service.find_controller(namespace) is None:
+    if service.needs_start(namespace):
         if not start:
             raise BrokerNotAvailable(
                 f"no rafka services run in Ray namespace {namespace!r}; run `rafka up`"
@@ -140,7 +140,9 @@ def check_running_settings(asked: dict[str, Any], running: dict[str, Any]) -> No
         if setting(running, name) != value
     }  # fmt: skip
     if differ:
-        listed = ", ".join(f"{n}={new!r} (running with {old!r})" for n, (old, new) in differ.items())
+        listed = ", ".join(
+            f"{n}={new!r} (running with {old!r})" for n, (old, new) in differ.items()
+        )
         raise InvalidConfig(
             f"the rafka services already run with other settings: {listed}; cluster settings "
             "apply when the services start: stop them with `rafka down` (or "

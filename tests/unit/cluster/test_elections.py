@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rafka.cluster.elections import (
     alter_isr,
+    cancel_reassignment,
     choose_leader,
     complete_reassignment,
     elect_if_leaderless,
@@ -26,7 +27,7 @@ from rafka.errors import (
     IneligibleReplica,
     InvalidReplicaAssignment,
     InvalidUpdateVersion,
-    NotLeaderOrFollower,
+    NotLeaderOrFollower,    NoReassignmentInProgress,
 )
 
 ALL = {0, 1, 2}
@@ -411,10 +412,45 @@ def test_invalid_reassignment_is_refused(target, message):
 
 
 def test_second_reassignment_while_one_is_in_progress_is_refused():
-    """One move at a time per partition."""
+    """One move at a time per partition; the refusal says how to cancel the first."""
     moving = reassign(ps(), [0, 1, 3], brokers=range(4))
-    with pytest.raises(InvalidReplicaAssignment, match="already being reassigned"):
+    with pytest.raises(InvalidReplicaAssignment, match="already being reassigned.*cancel"):
         reassign(moving, [0, 1, 2], brokers=range(4))
+
+
+def test_the_same_reassignment_again_changes_nothing():
+    """A retried request for the move already under way is not refused."""
+    moving = reassign(ps(), [0, 1, 3], brokers=range(4))
+    assert reassign(moving, [0, 1, 3], brokers=range(4)) is None
+
+
+def test_cancelling_a_reassignment_goes_back_to_the_original_replicas():
+    """The added replicas leave the replica set and the ISR (even in sync); the epochs
+    move on; a leader among the original replicas stays."""
+    moving = reassign(ps(), [0, 3, 4], brokers=range(5))
+    half = alter_isr(moving, 0, 5, 11, [0, 1, 2, 3], set(range(5)))
+    back = cancel_reassignment(half, set(range(5)), unclean=False)
+    assert (back.replicas, back.isr, back.adding, back.removing) == ([0, 1, 2], [0, 1, 2], [], [])
+    assert (back.leader, back.leader_epoch, back.partition_epoch) == (0, 5, 13)
+
+
+def test_cancelling_moves_leadership_off_an_added_replica_with_a_new_epoch():
+    """The original replicas keep the order the replica list has them in (Kafka's revert
+    does the same), so the target's kept replicas come first."""
+    moving = reassign(ps(), [3, 1], brokers=range(4))
+    led = PartitionState(0, moving.replicas, [3, 1, 0], 3, 6, 12, moving.adding, moving.removing)
+    back = cancel_reassignment(led, set(range(4)), unclean=False)
+    assert back.replicas == [1, 0, 2] and back.leader == 1 and back.leader_epoch == 7
+    assert back.isr == [1, 0]
+
+
+def test_cancelling_without_a_reassignment_or_without_an_original_replica_in_sync_is_refused():
+    with pytest.raises(NoReassignmentInProgress):
+        cancel_reassignment(ps(), ALL, unclean=False)
+    moving = reassign(ps(replicas=(0,)), [1], brokers=range(2))
+    only_new = PartitionState(0, moving.replicas, [1], 1, 6, 12, moving.adding, moving.removing)
+    with pytest.raises(InvalidReplicaAssignment, match="none of them is in sync"):
+        cancel_reassignment(only_new, {0, 1}, unclean=False)
 
 
 def test_reassignment_does_not_complete_before_every_added_replica_is_in_sync():

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rafka.cluster import controller
 from rafka.cluster.metadata import (
     NO_LEADER,
+    REMEMBERED_REQUESTS,
     BrokerState,
     MetadataImage,
     PartitionState,
@@ -23,6 +24,7 @@ from rafka.cluster.placement import assign_replicas
 from rafka.errors import (
     InvalidConfig,
     InvalidPartitions,
+    InvalidRecord,
     InvalidReplicaAssignment,
     InvalidReplicationFactor,
     InvalidTopic,
@@ -276,7 +278,8 @@ def record_sequences(draw):
     names = set()
     next_id = 0
     for _ in range(draw(st.integers(0, 40))):
-        kinds = ["broker", "topic", "producer_ids"]
+        kinds = ["broker", "topic", "producer_ids", "fenced", "controller", "settings",
+                 "request"]
         if topics:
             kinds += ["partition", "config", "delete"]
         kind = draw(st.sampled_from(kinds))
@@ -322,6 +325,18 @@ def record_sequences(draw):
             topic_id = draw(st.sampled_from(sorted(topics)))
             names.discard(topics.pop(topic_id)["name"])
             records.append({"type": "delete", "topic_id": topic_id})
+        elif kind == "fenced":
+            records.append({"type": "fenced", "broker_id": draw(st.integers(0, 6)),
+                            "fenced": draw(st.booleans())})  # fmt: skip
+        elif kind == "controller":
+            records.append({"type": "controller", "epoch": draw(st.integers(0, 9))})
+        elif kind == "settings":
+            records.append({"type": "settings", "settings": draw(st.dictionaries(
+                st.sampled_from(["num.partitions", "broker.session.timeout.ms"]),
+                st.integers(1, 10**5)))})  # fmt: skip
+        elif kind == "request":
+            records.append({"type": "request", "request_id": draw(st.text("xyz", max_size=3)),
+                            "kind": "create_topic"})  # fmt: skip
         else:
             records.append({"type": "producer_ids", "next": draw(st.integers(0, 10**6))})
     return records
@@ -867,3 +882,58 @@ def test_an_accepted_request_only_returns_records(call):
     before = state(image)
     call(image)
     assert state(image) == before
+
+
+# -- records are checked before they are written ----------------------------------------------
+
+
+def test_check_accepts_records_that_build_on_each_other_in_one_append():
+    image = image_with(broker_record(0, "/a"))
+    topic_id, records = controller.create_topic(image, "t", 2, 1, None, [0])
+    image.check(records + [{"type": "delete", "topic_id": topic_id}])
+    assert "t" not in image.topic_ids  # nothing applied
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"type": "partition", "topic_id": "nope", "partition": 0, "replicas": [0],
+          "isr": [0], "leader": 0, "leader_epoch": 0}, "does not exist"),
+        ({"type": "config", "topic_id": "nope", "config": {}}, "does not exist"),
+        ({"type": "delete", "topic_id": "nope"}, "does not exist"),
+        ({"type": "replica_epoch", "topic_id": "T", "partition": 7, "broker_id": 0,
+          "epoch": 1}, "no such partition"),
+        ({"type": "replica_nodes", "node": "n", "replicas": [["nope", 0, 0]]}, "unknown topics"),
+        ({"type": "topic", "topic_id": "T2", "name": "t", "config": {}, "internal": False},
+         "already exists"),
+        ({"type": "partition", "topic_id": "T", "partition": 0, "replicas": [0, 1],
+          "isr": [2], "leader": 2, "leader_epoch": 0}, "not within"),
+        ({"type": "partition", "topic_id": "T", "partition": 0, "replicas": [0, 1],
+          "isr": [0], "leader": 1, "leader_epoch": 0}, "not in the ISR"),
+        ({"type": "mystery"}, "unknown metadata record type"),
+    ],
+    ids=["partition-of-unknown-topic", "config-of-unknown-topic", "delete-unknown",
+         "epoch-of-unknown-partition", "nodes-of-unknown-topic", "name-taken", "isr-outside",
+         "leader-outside-isr", "unknown-type"],
+)  # fmt: skip
+def test_check_refuses_a_record_that_could_not_be_applied(bad, message):
+    image = image_with(topic_record("T", "t"), partition_record("T", 0, [0, 1], [0, 1], 0, 0))
+    before = image.to_records()
+    with pytest.raises(InvalidRecord, match=message):
+        image.check([bad])
+    assert image.to_records() == before
+
+
+def test_check_refuses_a_record_for_a_topic_deleted_earlier_in_the_same_append():
+    image = image_with(topic_record("T", "t"), partition_record("T", 0, [0], [0], 0, 0))
+    with pytest.raises(InvalidRecord, match="does not exist"):
+        image.check([{"type": "delete", "topic_id": "T"},
+                     {"type": "config", "topic_id": "T", "config": {}}])  # fmt: skip
+
+
+def test_only_the_latest_admin_request_ids_are_remembered():
+    image = MetadataImage()
+    commit(image, [{"type": "request", "request_id": str(i), "kind": "create_topic"}
+                   for i in range(REMEMBERED_REQUESTS + 5)])  # fmt: skip
+    assert len(image.requests) == REMEMBERED_REQUESTS
+    assert "4" not in image.requests and "5" in image.requests
