@@ -17,6 +17,7 @@ pushes every state again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -40,6 +41,7 @@ class BrokerCalls:
         self.actors = actors
         self._agents: dict[int, Any] = {}
         self._replicas: dict[str, Any] = {}
+        self._name_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, users)
 
     # -- node agents ---------------------------------------------------------------------------
 
@@ -142,6 +144,7 @@ class BrokerCalls:
             "broker_id": broker_id, "replicas": p.replicas, "isr": p.isr, "leader": p.leader,
             "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
             "adding": p.adding, "removing": p.removing, "config": topic.config,
+            "topic_created_at": topic.created_at,
             "controller_epoch": self.core.image.controller_epoch,
             "settings": {k: settings[k] for k in REPLICA_SETTINGS if k in settings},
         }  # fmt: skip
@@ -162,12 +165,60 @@ class BrokerCalls:
                 by_broker.setdefault(b, []).extend(states)
         return by_broker
 
-    async def ensure(self, by_broker: dict[int, list[dict]]) -> None:
-        """Have each broker's agent start the replica actors named, where they do not run.
-        A replica created here with an empty log starts in a replica epoch reserved now
-        (above any of its earlier lives'); one that finds its files checks in for its own."""
+    def names_a_replica(self, topic_id: str, partition: int, broker_id: int) -> bool:
+        """True when the metadata names this replica now (its topic and partition exist and
+        the broker is in its replica set)."""
+        topic = self.core.image.topics.get(topic_id)
+        p = topic.partitions.get(partition) if topic is not None else None
+        return p is not None and broker_id in p.replicas
+
+    @contextlib.asynccontextmanager
+    async def _replicas_held(self, states: list[dict]):
+        """Hold the named replicas (in name order) while they are created or deleted: a
+        replica moved away and straight back, or a topic deleted while its actors are being
+        created, must not have its creation and deletion cross at the agent. Each holder
+        re-checks the metadata once it holds them."""
+        names = sorted({replica_name(s["topic_id"], s["partition"], s["broker_id"])
+                        for s in states})  # fmt: skip
+        locks = []
+        for name in names:
+            lock, users = self._name_locks.get(name, (asyncio.Lock(), 0))
+            self._name_locks[name] = (lock, users + 1)
+            locks.append(lock)
+        acquired = []
+        try:
+            for lock in locks:
+                await lock.acquire()
+                acquired.append(lock)
+            yield
+        finally:
+            for lock in acquired:
+                lock.release()
+            for name in names:
+                held, users = self._name_locks[name]
+                if users == 1:
+                    del self._name_locks[name]
+                else:
+                    self._name_locks[name] = (held, users - 1)
+
+    async def ensure(self, by_broker: dict[int, list[dict]]) -> dict[int, BaseException]:
+        """Have each broker's agent start the replica actors named (those the metadata still
+        names once they are held), where they do not run. A replica created here with an
+        empty log starts in a replica epoch reserved now (above any of its earlier lives');
+        one that finds its files checks in for its own. Returns the brokers whose agent
+        failed, with the error: their replicas are left to the reconcile."""
+        states = [s for group in by_broker.values() for s in group]
+        async with self._replicas_held(states):
+            return await self._ensure_held(by_broker)
+
+    async def _ensure_held(self, by_broker: dict[int, list[dict]]) -> dict[int, BaseException]:
+        by_broker = {
+            b: kept for b, group in by_broker.items()
+            if (kept := [s for s in group if self.names_a_replica(
+                s["topic_id"], s["partition"], s["broker_id"])])
+        }  # fmt: skip
         if not by_broker:
-            return
+            return {}
         epoch = self.core.reserve_replica_epoch()
         stamped = {b: [{**s, "replica_epoch": epoch} for s in states]
                    for b, states in by_broker.items()}  # fmt: skip
@@ -176,11 +227,18 @@ class BrokerCalls:
                 self.forget_replica(s["topic_id"], s["partition"], s["broker_id"])
         brokers = list(stamped)
         answers = await asyncio.gather(
-            *(self.call_agent(b, "ensure_replicas", stamped[b]) for b in brokers)
+            *(self.call_agent(b, "ensure_replicas", stamped[b]) for b in brokers),
+            return_exceptions=True,
         )
+        failed = {b: a for b, a in zip(brokers, answers) if isinstance(a, BaseException)}
+        for b, error in failed.items():
+            self.core.logger.warning("could not start the replicas of broker %d: %r", b, error)
+            by_broker.pop(b)
         # Replicas running with their logs (created empty, or checked in) are where they run;
         # one still waiting to check in ("starting") is not vouched for here.
         for described in answers:
+            if isinstance(described, BaseException):
+                continue
             by_node: dict[str, list] = {}
             for d in described or ():
                 if d.get("node_id") and d.get("role") != "starting":
@@ -202,6 +260,7 @@ class BrokerCalls:
                 ):  # fmt: skip
                     self.tell(topic.topic_id, p.partition, broker_id,
                               self.replica_state(topic, p, broker_id))  # fmt: skip
+        return failed
 
     def tell(self, topic_id: str, partition: int, broker_id: int, state: dict) -> None:
         """Send ``state`` (whole, or a config change) to one replica without waiting; its
@@ -248,17 +307,22 @@ class BrokerCalls:
         await self.delete_replicas(broker_id, [self.replica_state(topic, p, broker_id)])
 
     async def delete_replicas(self, broker_id: int, states: list[dict]) -> int:
-        """Have the agent of ``broker_id`` delete these replicas (files and actors); how many
-        it deleted (0 when the agent cannot be reached: they delete themselves when they
-        next check in)."""
-        for s in states:
-            self.forget_replica(s["topic_id"], s["partition"], broker_id)
-        try:
-            return await self.call_agent(broker_id, "delete_replicas", states)
-        except BrokerNotAvailable as e:
-            self.core.logger.warning("could not delete %d replica(s) on broker %d: %r",
-                                     len(states), broker_id, e)  # fmt: skip
-            return 0
+        """Have the agent of ``broker_id`` delete these replicas (files and actors), those
+        the metadata no longer names once they are held; how many it deleted (0 when the
+        agent cannot be reached: they delete themselves when they next check in)."""
+        async with self._replicas_held(states):
+            states = [s for s in states if not self.names_a_replica(
+                s["topic_id"], s["partition"], broker_id)]  # fmt: skip
+            if not states:
+                return 0
+            for s in states:
+                self.forget_replica(s["topic_id"], s["partition"], broker_id)
+            try:
+                return await self.call_agent(broker_id, "delete_replicas", states)
+            except BrokerNotAvailable as e:
+                self.core.logger.warning("could not delete %d replica(s) on broker %d: %r",
+                                         len(states), broker_id, e)  # fmt: skip
+                return 0
 
     async def replica_names(self) -> set[str]:
         """Names of every replica actor that exists (alive or restarting)."""

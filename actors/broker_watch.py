@@ -103,12 +103,8 @@ class BrokerWatch:
             calls.tell(topic.topic_id, p.partition, broker_id,
                        calls.replica_state(topic, p, broker_id))  # fmt: skip
         states = [calls.replica_state(topic, p, broker_id) for topic, p in hosted]
-        if states:
-            try:
-                await calls.ensure({broker_id: states})
-            except BrokerNotAvailable as e:
-                core.logger.warning("could not restore the replicas of broker %d: %r",
-                                    broker_id, e)  # fmt: skip
+        if states:  # a failure is logged, and the reconcile tries again
+            await calls.ensure({broker_id: states})
 
     async def watch(self) -> None:
         """Fence brokers whose heartbeats stopped and whose agent does not answer a probe."""

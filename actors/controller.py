@@ -54,6 +54,7 @@ from rafka.cluster import controller as decide
 from rafka.cluster.liveness import BrokerLiveness
 from rafka.cluster.metadata_log import MetadataLog
 from rafka.cluster.settings import setting
+from rafka.storage.directory_lock import DirectoryLocked
 
 CONTROLLER_DIR = "controller"
 
@@ -66,7 +67,13 @@ class Controller:
         label_process_logs(self.logger.prefix)  # this process is the controller
         self.namespace = namespace
         self.disk = disk
-        store = MetadataLog(os.path.join(disk_dir(data_root, disk), CONTROLLER_DIR))
+        try:
+            store = MetadataLog(os.path.join(disk_dir(data_root, disk), CONTROLLER_DIR))
+        except DirectoryLocked as e:
+            # An older controller process still runs. A constructor that raises leaves the
+            # actor dead for good; a process that exits is restarted by Ray, and tries again.
+            self.logger.error("%s; exiting, to be started again", e)
+            os._exit(1)
         parts = build_parts(store, settings, namespace, RayActors(namespace), self.logger)
         for name, part in parts.items():
             setattr(self, name, part)
@@ -325,6 +332,6 @@ def build_parts(
     return {
         "core": core, "calls": calls, "changes": changes,
         "brokers": BrokerWatch(core, calls, changes), "topics": topics,
-        "reassignments": Reassignments(core, changes), "reconciler": Reconciler(core, calls),
+        "reassignments": Reassignments(core, changes), "reconciler": Reconciler(core, calls, changes),
         "coordinators": CoordinatorShards(core, calls, topics),
     }  # fmt: skip

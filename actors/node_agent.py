@@ -16,6 +16,7 @@ import ray
 
 from rafka.actors.logs import actor_logger, label_process_logs, log_prefix
 from rafka.actors.partition_replica import PartitionReplica
+from rafka.actors.replica_state import read_state, stray_path
 from rafka.actors.placement import (
     CONTROLLER_NAME,
     disk_dir,
@@ -150,7 +151,11 @@ class NodeAgent:
                 deleted += 1
             elif state.get("topic") is not None:  # the actor is gone; its files may not be
                 path = os.path.join(self.directory, f"{state['topic']}-{state['partition']}")
-                shutil.rmtree(path, ignore_errors=True)
+                saved = read_state(path)
+                if saved is None or saved.get("topic_id") == state["topic_id"]:
+                    shutil.rmtree(path, ignore_errors=True)
+                # else the directory belongs to a newer topic of the same name: not ours
+                shutil.rmtree(stray_path(path, state["topic_id"]), ignore_errors=True)
         return deleted
 
     async def stop_replicas(self, states: list[dict[str, Any]]) -> int:

@@ -112,15 +112,27 @@ class PartitionChanges:
         for b in removed:
             self.core.spawn(calls.delete_replica(topic, old, b))
 
+    async def elect_where_leaderless(self, only=None) -> int:
+        """Elect a leader for every partition (of ``only``'s (topic, partition) pairs) that
+        has none, from the replicas that may lead now: after replica actors were created (a
+        replica is electable once it runs where its broker runs). A partition with a leader
+        is left alone: a broker not heard yet since a controller start is not electable,
+        but its leadership is not taken for that."""
+        core = self.core
+        return await self.change(
+            lambda t, q: elections.elect_if_leaderless(
+                q, core.electable(t.topic_id, q.partition), unclean_election_enabled(t),
+                min_insync_replicas(t),
+            ) if q.leader == NO_LEADER else None,
+            only=only,
+        )  # fmt: skip
+
     async def _create_added(self, topic: TopicState, p: PartitionState, added: list[int]):
-        """Start the replicas a reassignment adds; one that cannot be started now is
-        created by the next reconcile (or cancelled with the reassignment)."""
+        """Start the replicas a reassignment adds; one that cannot be started now (the
+        failure is logged) is created by the next reconcile, or cancelled with the
+        reassignment."""
         calls = self.calls
-        try:
-            await calls.ensure({b: [calls.replica_state(topic, p, b)] for b in added})
-        except Exception as e:
-            self.core.logger.warning("%s-%d: could not start the added replicas %s yet: %r",
-                                     topic.name, p.partition, added, e)  # fmt: skip
+        await calls.ensure({b: [calls.replica_state(topic, p, b)] for b in added})
 
     # -- health gauges -------------------------------------------------------------------------
 
@@ -162,6 +174,11 @@ class PartitionChanges:
         """See ``Controller.replica_started`` (which also counts it as a heartbeat)."""
         core = self.core
         topic, p = self.find_partition(topic_id, partition)
+        if not core.image.knows_topic(topic_id):
+            # Not deleted here: this metadata never knew the topic (another metadata log's?):
+            # the replica keeps its data and asks again.
+            core.logger.info("a check-in of topic id %s, unknown to this metadata", topic_id)
+            return None, True, -1
         if p is None or broker_id not in p.replicas:
             return None, False, -1
         known = core.image.broker_nodes.get(broker_id)
@@ -273,9 +290,13 @@ class PartitionChanges:
         def decide_one(t, q):
             current = decide.replica_epochs_of(self.core.image, topic_id, partition)
             try:
+                # Joiners and a leader chosen when a reassignment completes come from the
+                # brokers that may be elected (heard since this controller started, and
+                # checked in from their current node), as every other election does.
                 return elections.alter_isr(
-                    q, leader, leader_epoch, partition_epoch, new_isr, self.core.liveness.live(),
-                    incarnations, current, min_insync_replicas(t),
+                    q, leader, leader_epoch, partition_epoch, new_isr,
+                    self.core.electable(topic_id, partition), incarnations, current,
+                    min_insync_replicas(t),
                 )
             except RafkaError as e:
                 refusal.append(e)
@@ -350,7 +371,10 @@ class PartitionChanges:
         results = []
         for t, p in pairs:
             error = outcome.get((t.topic_id, p.partition))
-            current = self.core.image.topics[t.topic_id].partitions[p.partition]
+            _, current = self.find_partition(t.topic_id, p.partition)
+            if current is None:  # deleted while the election waited
+                error = UnknownTopicOrPartition(f"{t.name}-{p.partition} no longer exists")
+                current = p
             results.append({
                 "topic": t.name, "partition": p.partition, "leader": current.leader,
                 "errno": error.errno if error else 0, "message": str(error) if error else "",

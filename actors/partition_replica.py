@@ -52,6 +52,7 @@ from rafka.actors.replica_produce import ProduceHandler
 from rafka.actors.replica_state import (
     actor_was_reconstructed,
     is_stale,
+    newer_topic_holds,
     read_state,
     set_aside_stray_directory,
     state_version,
@@ -93,10 +94,13 @@ class PartitionReplica:
         os.makedirs(self.directory, exist_ok=True)
         saved = read_state(self.directory)
         if saved is not None and saved["topic_id"] != state["topic_id"]:
-            if namespace is not None and actor_was_reconstructed():
-                # Ray restarted this actor of a topic deleted while its node was away, and a
-                # newer topic of the same name holds the directory: never touch it; this
-                # replica's own files, if any, were set aside; it checks in and goes.
+            if newer_topic_holds(saved, state) or (
+                namespace is not None and actor_was_reconstructed()
+            ):
+                # This replica's topic was deleted and a newer topic of the same name holds
+                # the directory (Ray restarted this actor while its node was away, or its
+                # creation arrived late): never touch it; this replica's own files, if any,
+                # were set aside; it checks in (or is deleted) and goes.
                 self.directory = stray_path(self.directory, state["topic_id"])
                 os.makedirs(self.directory, exist_ok=True)
                 saved = read_state(self.directory)

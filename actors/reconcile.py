@@ -10,8 +10,11 @@ with what runs and closes the gap, at start and then every ``metadata.reconcile.
 - every partition's full state is pushed to its replicas on live brokers (a replica ignores
   a state it already holds, and any older than it holds);
 - a replica the metadata names on a live broker whose actor does not exist is created;
+- a partition without a leader that may lead gets one from the replicas that may (a
+  replica created just now became electable);
 - a replica actor the metadata does not name (its topic deleted, or moved away) on a live
-  broker is deleted, files and actor.
+  broker is deleted, files and actor; one of a topic id the metadata never knew is kept and
+  reported (a controller opened on the wrong metadata directory must not wipe a cluster).
 
 Part of the Controller actor, on its event loop; it holds the controller's lock for no
 remote call. The actor names are listed before the metadata is read: a change is appended
@@ -25,25 +28,29 @@ from dataclasses import dataclass
 
 from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.controller_core import ControllerCore
+from rafka.actors.partition_changes import PartitionChanges
 from rafka.actors.placement import parse_replica_name, replica_name
 from rafka.cluster.settings import setting
 
 
 @dataclass
 class Reconciled:
-    """What one pass did: states pushed, replica actors created and deleted."""
+    """What one pass did: states pushed, replica actors created and deleted, partitions
+    given a leader."""
 
     pushed: int = 0
     created: int = 0
     deleted: int = 0
+    elected: int = 0
 
 
 class Reconciler:
     """Closes the gap between the metadata and the replica actors; see the module doc."""
 
-    def __init__(self, core: ControllerCore, calls: BrokerCalls):
+    def __init__(self, core: ControllerCore, calls: BrokerCalls, changes: PartitionChanges):
         self.core = core
         self.calls = calls
+        self.changes = changes
 
     async def reconcile(self) -> Reconciled:
         core, calls = self.core, self.calls
@@ -62,9 +69,12 @@ class Reconciler:
                     if name not in running and b in live:
                         missing.setdefault(b, []).append(calls.replica_state(topic, p, b))
         strays: dict[int, list[dict]] = {}
+        unknown = 0
         for name in running - wanted:
             key = parse_replica_name(name)
-            if key is not None and key[2] in live:
+            if key is not None and not core.image.knows_topic(key[0]):
+                unknown += 1  # of a topic this metadata never knew: kept, never deleted
+            elif key is not None and key[2] in live:
                 topic_id, partition, broker_id = key
                 strays.setdefault(broker_id, []).append({
                     "topic_id": topic_id, "partition": partition, "broker_id": broker_id,
@@ -73,6 +83,10 @@ class Reconciler:
         if missing:
             core.logger.warning("creating %d missing replica actor(s)",
                                 sum(len(s) for s in missing.values()))  # fmt: skip
+        if unknown:
+            core.logger.warning("%d replica actor(s) of topics this metadata log never knew "
+                                "run; kept (is this controller on the right metadata "
+                                "directory?)", unknown)  # fmt: skip
         if strays:
             core.logger.warning("deleting %d replica actor(s) the metadata does not name",
                                 sum(len(s) for s in strays.values()))  # fmt: skip
@@ -84,9 +98,10 @@ class Reconciler:
         for (b, states), outcome in zip(missing.items(), outcomes):
             if isinstance(outcome, BaseException):
                 core.logger.warning("could not create the replicas of broker %d: %r", b, outcome)
-            else:
+            elif b not in outcome:  # the agent failed: logged by ensure
                 done.created += len(states)
         done.deleted = sum(n for n in outcomes[len(missing):] if isinstance(n, int))
+        done.elected = await self.changes.elect_where_leaderless()
         return done
 
     async def run(self) -> None:

@@ -2,8 +2,8 @@
 
 The state is the controller's latest view of the partition as this replica last heard it
 (``{topic, topic_id, partition, broker_id, leader, leader_epoch, isr, replicas,
-partition_epoch, adding, removing, config, settings, controller_epoch}``), msgpack-encoded
-and replaced atomically on every change. Only the ``PartitionReplica`` that owns the
+partition_epoch, adding, removing, config, settings, controller_epoch, topic_created_at}``),
+msgpack-encoded and replaced atomically on every change. Only the ``PartitionReplica`` that owns the
 directory reads or writes it, from its one event loop.
 
 After a crash the file holds the last state written whole (the write is atomic), possibly
@@ -50,6 +50,13 @@ def is_stale(new: dict[str, Any], held: dict[str, Any]) -> bool:
     """True when ``new`` comes from an older controller than ``held`` did: another
     controller took over since (states without a controller epoch predate them)."""
     return new.get("controller_epoch", 0) < held.get("controller_epoch", 0)
+
+
+def newer_topic_holds(saved: dict[str, Any], mine: dict[str, Any]) -> bool:
+    """True when the directory's saved state is of a topic created after this replica's
+    (same name, another id): this replica's topic was deleted since. States written before
+    creation offsets existed count as the oldest."""
+    return saved.get("topic_created_at", -1) > mine.get("topic_created_at", -1)
 
 
 def with_defaults(state: dict[str, Any]) -> dict[str, Any]:

@@ -122,8 +122,7 @@ def start_services(
         # controller: that one no longer watches brokers; a new one takes over the log.
         log.warning("replacing a controller left over from an interrupted stop")
         ray.kill(controller, no_restart=True)
-        _wait_until_gone(namespace, timeout_s)
-        controller = None
+        controller = _wait_until_replaced(namespace, controller, timeout_s)
     if controller is None:
         dedicated = controller_nodes()
         disk = controller_disk or (dedicated[0] if dedicated else disks[0])
@@ -175,13 +174,18 @@ def running_settings(namespace: str, timeout_s: float = 60.0) -> dict[str, Any]:
 def _was_stopping(controller, timeout_s: float) -> bool:
     try:
         return bool(ray.get(controller.ping.remote(), timeout=timeout_s).get("stopping"))
-    except ray.exceptions.RayActorError:
-        return False  # restarting: a restarted controller is not stopping
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False  # restarting or busy: a restarted controller is not stopping
 
 
-def _wait_until_gone(namespace: str, timeout_s: float) -> None:
+def _wait_until_replaced(namespace: str, old, timeout_s: float):
+    """Wait until the killed controller ``old`` has left its name; returns the controller
+    another start put there meanwhile (a concurrent connect), or None."""
     deadline = time.monotonic() + timeout_s
-    while find_controller(namespace) is not None:
+    while True:
+        current = find_controller(namespace)
+        if current is None or current._actor_id != old._actor_id:
+            return current
         if time.monotonic() > deadline:
             raise BrokerNotAvailable(
                 f"the old rafka controller in namespace {namespace!r} did not stop in "

@@ -57,7 +57,7 @@ class TopicAdmin:
                     core.image, name, partitions, replication_factor, config,
                     calls.live_brokers(), internal,
                 )  # fmt: skip
-                core.store.append(records + _request(request_id, "create_topic"))
+                core.store.append(records + _request(request_id, "create_topic", topic_id))
                 topic = core.image.topics[topic_id]
         # Outside the lock: creating actors takes seconds, and failover must not wait.
         await self._start_replicas(topic, topic.partitions.values())
@@ -71,8 +71,10 @@ class TopicAdmin:
             topic = self._done_before(request_id, name)
             if topic is None:
                 records = decide.create_partitions(core.image, name, total, calls.live_brokers())
-                core.store.append(records + _request(request_id, "create_partitions"))
                 topic = core.image.topic(name)
+                core.store.append(
+                    records + _request(request_id, "create_partitions", topic.topic_id)
+                )
                 new = [topic.partitions[r["partition"]] for r in records]
             else:
                 new = list(topic.partitions.values())
@@ -85,13 +87,14 @@ class TopicAdmin:
             core.store.append(decide.alter_config(core.image, name, changes))
             topic = core.image.topic(name)
         await self.calls.push_config(topic)
-        if unclean_election_enabled(topic):  # leaderless partitions may take any live replica
-            await self.changes.change(
-                lambda t, q: elections.elect_if_leaderless(
-                    q, core.electable(t.topic_id, q.partition), True, min_insync_replicas(t)
-                ),
-                only=[(topic, q) for q in topic.partitions.values()],
-            )  # fmt: skip
+        # With unclean election on, leaderless partitions may take any live replica; decided
+        # on the config in force then (another change may have turned it off since).
+        await self.changes.change(
+            lambda t, q: elections.elect_if_leaderless(
+                q, core.electable(t.topic_id, q.partition), True, min_insync_replicas(t)
+            ) if unclean_election_enabled(t) else None,
+            only=[(topic, q) for q in topic.partitions.values()],
+        )  # fmt: skip
         return self.describe(self._current(topic))
 
     async def delete_topic(self, name: str, request_id: str | None = None) -> None:
@@ -101,7 +104,7 @@ class TopicAdmin:
                 return  # a retry: done before (the reconcile removes what was left)
             topic_id, records = decide.delete_topic(core.image, name)
             topic = core.image.topics[topic_id]
-            core.store.append(records + _request(request_id, "delete_topic"))
+            core.store.append(records + _request(request_id, "delete_topic", topic_id))
         self.changes.refresh_health_gauges()
         by_broker = calls.states_by_broker(topic, topic.partitions.values())
         live = set(calls.live_brokers())
@@ -111,19 +114,34 @@ class TopicAdmin:
 
     def _done_before(self, request_id: str | None, name: str) -> TopicState | None:
         """The topic a retried request (same ``request_id``) created or grew before; None
-        for a request not seen. Under the lock."""
+        for a request not seen. UnknownTopicOrPartition when that topic was deleted since,
+        TopicAlreadyExists when another topic of the name was created since. Under the
+        lock."""
         image = self.core.image
         if request_id is None or request_id not in image.requests:
             return None
-        return image.topic(name)  # UnknownTopicOrPartition: deleted since
+        _, topic_id = image.requests[request_id]
+        topic = image.topic(name)  # UnknownTopicOrPartition: deleted since
+        if topic_id is not None and topic.topic_id != topic_id:
+            raise TopicAlreadyExists(
+                f"topic {name!r} was deleted and created again since this request created "
+                "it; describe it to see the topic that exists now"
+            )
+        return topic
 
     async def _start_replicas(self, topic: TopicState, partitions) -> None:
         """Create the replica actors of ``partitions`` on live brokers (those that exist
-        already are found, not created twice); the others start when their broker returns."""
+        already are found, not created twice); the others start when their broker returns.
+        A broker whose agent fails does not fail the request (the change is recorded, as
+        Kafka's CreateTopics succeeds once its records are): the reconcile retries it."""
         calls = self.calls
+        partitions = list(partitions)
         live = set(calls.live_brokers())
         by_broker = calls.states_by_broker(topic, partitions)
         await calls.ensure({b: s for b, s in by_broker.items() if b in live})
+        # An election decided while the actors were starting may have found no replica it
+        # could elect yet (a retry after a controller restart, say): elect now they run.
+        await self.changes.elect_where_leaderless(only=[(topic, p) for p in partitions])
         self.changes.refresh_health_gauges()
 
     def _current(self, topic: TopicState) -> TopicState:
@@ -177,8 +195,9 @@ class TopicAdmin:
         return out
 
 
-def _request(request_id: str | None, kind: str) -> list[dict[str, Any]]:
+def _request(request_id: str | None, kind: str, topic_id: str) -> list[dict[str, Any]]:
     """The record that remembers a carried-out admin request, appended with its change."""
     if request_id is None:
         return []
-    return [{"type": "request", "request_id": str(request_id), "kind": kind}]
+    return [{"type": "request", "request_id": str(request_id), "kind": kind,
+             "topic_id": topic_id}]  # fmt: skip

@@ -103,7 +103,7 @@ def create_topic(
     )
     records: Records = [
         {"type": "topic", "topic_id": topic_id, "name": name, "config": overrides,
-         "internal": internal},
+         "internal": internal, "created_at": image.offset + 1},
     ]  # fmt: skip
     records += [
         PartitionState(p, replicas, list(replicas), replicas[0], 0).to_record(topic_id)

@@ -5,13 +5,16 @@ metadata log first and then applied here, so replaying the log (after a snapshot
 exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type`` field:
 
     broker      {broker_id, disk, rack}                a disk joined (or re-joined)
-    topic       {topic_id, name, config, internal}     a topic was created
+    topic       {topic_id, name, config, internal,     a topic was created (``created_at``:
+                 created_at}                           the offset of this record, so of two
+                                                       topics of one name the later is known)
     partition   {topic_id, partition, replicas, isr,   a partition was created or its
                  leader, leader_epoch,                 leadership, ISR or replica set
                  partition_epoch, adding, removing,    changed (whole state)
                  elr, unclean_logs}
     config      {topic_id, config}                     a topic's overrides were replaced
     delete      {topic_id}                             a topic was deleted
+    deleted_topics {topic_ids}                         topics deleted before a snapshot
     producer_ids {next}                                ids below ``next`` are handed out
     replica_epoch {topic_id, partition, broker_id,     a replica (re)started and checked in:
                    epoch, node}                        its new replica epoch, its Ray node
@@ -24,8 +27,9 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
                                                        heartbeats) or came back
     controller  {epoch}                                a controller process took over the log
     settings    {settings}                             the cluster settings now in force
-    request     {request_id, kind}                     an admin request was carried out (its
-                                                       retry is answered, not redone)
+    request     {request_id, kind, topic_id}           an admin request was carried out on
+                                                       this topic (a retry is answered, not
+                                                       redone)
 
 Replica epochs play the part of KRaft's broker epochs, per replica: a number the controller
 hands a replica each time it starts, from one counter that only grows and is persisted here,
@@ -124,6 +128,7 @@ class TopicState:
     config: dict[str, Any]  # overrides only; defaults come from LogConfig
     internal: bool
     partitions: dict[int, PartitionState] = field(default_factory=dict)
+    created_at: int = -1  # metadata offset of its creation: later topics have larger ones
 
 
 @dataclass(frozen=True)
@@ -152,11 +157,15 @@ class MetadataImage:
         self.broker_nodes: dict[int, str] = {}
         self.replica_nodes: dict[tuple[str, int, int], str] = {}
         self.fenced_brokers: set[int] = set()
+        # Ids of deleted topics: only their leftovers are deleted; a replica of a topic id
+        # this metadata never knew may belong to another cluster's metadata, and is kept.
+        self.deleted_topics: set[str] = set()
         # Grows by one each time a controller process opens the log; replicas refuse
         # states from an older one (another controller took over since).
         self.controller_epoch = 0
         self.settings: dict[str, Any] = {}
-        self.requests: OrderedDict[str, str] = OrderedDict()  # request id -> kind, oldest first
+        # request id -> (kind, topic id), oldest first
+        self.requests: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         self.offset = -1
 
     # -- reading -------------------------------------------------------------------------------
@@ -176,6 +185,10 @@ class MetadataImage:
                 return broker
         return None
 
+    def knows_topic(self, topic_id: str) -> bool:
+        """True for a topic that exists or was deleted here (not one of another metadata)."""
+        return topic_id in self.topics or topic_id in self.deleted_topics
+
     def replicas_on(self, broker_id: int) -> list[tuple[TopicState, PartitionState]]:
         return [
             (topic, p)
@@ -194,7 +207,8 @@ class MetadataImage:
             )
         elif kind == "topic":
             topic = TopicState(
-                record["topic_id"], record["name"], dict(record["config"]), record["internal"]
+                record["topic_id"], record["name"], dict(record["config"]), record["internal"],
+                created_at=record.get("created_at", offset),
             )
             self.topics[topic.topic_id] = topic
             self.topic_ids[topic.name] = topic.topic_id
@@ -206,6 +220,7 @@ class MetadataImage:
         elif kind == "delete":
             topic = self.topics.pop(record["topic_id"])
             del self.topic_ids[topic.name]
+            self.deleted_topics.add(topic.topic_id)
             for key in [k for k in self.replica_epochs if k[0] == topic.topic_id]:
                 del self.replica_epochs[key]
             for key in [k for k in self.replica_nodes if k[0] == topic.topic_id]:
@@ -225,6 +240,8 @@ class MetadataImage:
         elif kind == "replica_nodes":
             for topic_id, partition, broker_id in record["replicas"]:
                 self.replica_nodes[(topic_id, partition, broker_id)] = record["node"]
+        elif kind == "deleted_topics":
+            self.deleted_topics.update(record["topic_ids"])
         elif kind == "fenced":
             if record["fenced"]:
                 self.fenced_brokers.add(record["broker_id"])
@@ -235,7 +252,7 @@ class MetadataImage:
         elif kind == "settings":
             self.settings = dict(record["settings"])
         elif kind == "request":
-            self.requests[record["request_id"]] = record["kind"]
+            self.requests[record["request_id"]] = (record["kind"], record.get("topic_id"))
             while len(self.requests) > REMEMBERED_REQUESTS:
                 self.requests.popitem(last=False)
         else:
@@ -254,6 +271,7 @@ class MetadataImage:
             out.append({
                 "type": "topic", "topic_id": topic.topic_id, "name": topic.name,
                 "config": topic.config, "internal": topic.internal,
+                "created_at": topic.created_at,
             })  # fmt: skip
             out.extend(p.to_record(topic.topic_id) for p in topic.partitions.values())
         out.append({"type": "producer_ids", "next": self.next_producer_id})
@@ -272,9 +290,12 @@ class MetadataImage:
         out.extend({"type": "replica_nodes", "node": n, "replicas": r} for n, r in by_node.items())
         out.extend({"type": "fenced", "broker_id": b, "fenced": True}
                    for b in sorted(self.fenced_brokers))  # fmt: skip
+        if self.deleted_topics:
+            out.append({"type": "deleted_topics", "topic_ids": sorted(self.deleted_topics)})
         out.append({"type": "controller", "epoch": self.controller_epoch})
         out.append({"type": "settings", "settings": self.settings})
-        out.extend({"type": "request", "request_id": r, "kind": k} for r, k in self.requests.items())
+        out.extend({"type": "request", "request_id": r, "kind": k, "topic_id": t}
+                   for r, (k, t) in self.requests.items())  # fmt: skip
         return out
 
     # -- checking ------------------------------------------------------------------------------
@@ -319,7 +340,7 @@ class MetadataImage:
 
 _OTHER_KINDS = frozenset({
     "broker", "producer_ids", "replica_epochs", "broker_node", "fenced", "controller",
-    "settings", "request",
+    "settings", "request", "deleted_topics",
 })  # fmt: skip
 
 

@@ -20,6 +20,10 @@ from rafka.errors import KafkaStorageError
 LOCK_FILE = ".lock"
 
 
+class DirectoryLocked(KafkaStorageError):
+    """Another process held the directory's lock for longer than the wait allowed."""
+
+
 class DirectoryLock:
     """Holds ``<directory>/.lock`` exclusively from ``acquire`` until ``release``."""
 
@@ -49,7 +53,7 @@ class DirectoryLock:
         poll_s: float = 0.2,
     ) -> None:  # fmt: skip
         """Take the lock, waiting up to ``timeout_s`` for its holder to stop (``on_wait`` is
-        told once who holds it); KafkaStorageError when it does not."""
+        told once who holds it); DirectoryLocked when it does not."""
         deadline = time.monotonic() + timeout_s
         told = False
         while not self.try_acquire():
@@ -57,7 +61,7 @@ class DirectoryLock:
                 on_wait(self.holder())
                 told = True
             if time.monotonic() >= deadline:
-                raise KafkaStorageError(
+                raise DirectoryLocked(
                     f"{self.directory} is locked by {self.holder()} for more than "
                     f"{timeout_s:g} s: another process still uses it; stop that process "
                     "(or wait for it to exit), then start again"

@@ -28,6 +28,7 @@ from rafka.actors.placement import agent_name, replica_name
 from rafka.actors.ray_actors import ActorDied
 from rafka.actors.replica_state import is_stale, state_version, with_defaults
 from rafka.cluster.metadata_log import SNAPSHOT_FILE, MetadataLog
+from rafka.errors import KafkaStorageError
 from rafka.storage.checkpoint import write_atomically
 
 NAMESPACE = "test"
@@ -59,11 +60,17 @@ class FakeReplica:
 
     async def ready(self) -> dict[str, Any]:
         return {"topic_id": self.key[0], "partition": self.key[1], "broker_id": self.key[2],
-                "node_id": None, "role": "leader" if self.leads else "follower"}  # fmt: skip
+                "node_id": node_of(self.key[2]),
+                "role": "leader" if self.leads else "follower"}  # fmt: skip
 
     @property
     def leads(self) -> bool:
         return self.state["leader"] == self.key[2]
+
+
+def node_of(broker_id: int) -> str:
+    """The Ray node a broker's agent and replicas run on (one node per broker, forever)."""
+    return f"node-{broker_id}"
 
 
 class FakeAgent:
@@ -78,7 +85,7 @@ class FakeAgent:
 
     async def ensure_replicas(self, states: list[dict]) -> list[dict]:
         if self.refuse_creation:
-            raise ActorDied("the node could not start the replica actors")
+            raise KafkaStorageError("the node could not start the replica actors")
         out = []
         for s in states:
             name = replica_name(s["topic_id"], s["partition"], s["broker_id"])
@@ -106,7 +113,7 @@ class FakeAgent:
         return {"disk": self.disk, "broker_id": self.broker_id}
 
     async def node_id(self) -> str | None:
-        return None
+        return node_of(self.broker_id)
 
 
 class Registry:
@@ -286,7 +293,7 @@ class ControllerProcess:
         """Every registered broker whose node is up heartbeats once."""
         for broker_id, broker in sorted(self.image.brokers.items()):
             if broker_id not in self.ray.registry.down:
-                await self.brokers.heartbeat(broker.disk, broker_id, None, None)
+                await self.brokers.heartbeat(broker.disk, broker_id, None, node_of(broker_id))
 
 
 async def settle(process: ControllerProcess, rounds: int = 5) -> None:

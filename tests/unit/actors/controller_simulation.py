@@ -29,7 +29,7 @@ import random
 from collections import Counter
 
 from rafka.errors import InvalidRecord, RafkaError
-from tests.unit.actors.controller_fakes import ControllerProcess, ProcessDied, Registry
+from tests.unit.actors.controller_fakes import ControllerProcess, ProcessDied, Registry, node_of
 
 DISKS = ["d0", "d1", "d2", "d3"]
 NAMES = ["a", "b", "c"]
@@ -74,8 +74,8 @@ class ControllerSimulation:
         except Exception as e:
             raise self.failure(3, f"the controller did not start again: {e!r}") from e
         if not self.registry.actors:
-            for disk in DISKS:
-                broker_id, _ = await self.process.brokers.heartbeat(disk, None, None, None)
+            for i, disk in enumerate(DISKS):
+                broker_id, _ = await self.process.brokers.heartbeat(disk, None, None, node_of(i))
                 self.registry.add_agent(broker_id, disk)
         self.stats["controller_starts"] += 1
 
@@ -114,7 +114,8 @@ class ControllerSimulation:
             await process.ray.deliver(keep=lambda m: not lose or rng.random() < 0.5)
             for broker_id, broker in sorted(process.image.brokers.items()):
                 if broker_id not in self.registry.down and rng.random() < 0.5:
-                    process.run(process.brokers.heartbeat(broker.disk, broker_id, None, None))
+                    process.run(process.brokers.heartbeat(broker.disk, broker_id, None,
+                                                         node_of(broker_id)))
         for _ in range(rng.randrange(1, 12)):
             await asyncio.sleep(0)
         await self.collect()
@@ -192,7 +193,7 @@ class ControllerSimulation:
         if broker in self.registry.down:
             self.note(f"broker {broker} comes back")
             self.registry.down.discard(broker)
-            process.run(process.brokers.heartbeat(DISKS[broker], broker, None, None))
+            process.run(process.brokers.heartbeat(DISKS[broker], broker, None, node_of(broker)))
         elif len(self.registry.down) < 2:
             self.note(f"broker {broker} goes down and is fenced")
             self.stats["brokers_down"] += 1

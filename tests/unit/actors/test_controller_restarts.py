@@ -20,6 +20,7 @@ from rafka.errors import (
 )
 from tests.unit.actors.controller_fakes import (
     ControllerProcess,
+    node_of,
     ProcessDied,
     Registry,
     settle,
@@ -41,8 +42,8 @@ class Cluster:
         self.process = ControllerProcess(self.directory, self.registry, self.appended,
                                          settings, **kwargs)  # fmt: skip
         if not self.registry.actors:
-            for disk in DISKS:
-                broker_id = await self.process.brokers.heartbeat(disk, None, None, None)
+            for i, disk in enumerate(DISKS):
+                broker_id = await self.process.brokers.heartbeat(disk, None, None, node_of(i))
                 self.registry.add_agent(broker_id[0], disk)
         await self.process.heartbeat_all()
         await settle(self.process)
@@ -172,7 +173,7 @@ def test_an_election_recorded_but_never_pushed_reaches_the_replicas_after_a_rest
         preferred = t["partitions"][0]["replicas"][0]
         await process.brokers.fence(preferred)
         await settle(process)
-        await process.brokers.heartbeat(f"d{preferred}", preferred, None, None)
+        await process.brokers.heartbeat(f"d{preferred}", preferred, None, node_of(preferred))
         await settle(process)
         # Back in the ISR (its leader proposed it), then a preferred election that dies.
         p = process.image.topics[topic_id].partitions[0]
@@ -200,7 +201,7 @@ def test_a_push_lost_on_its_way_is_repaired_by_the_next_reconcile(cluster):
         leader = t["partitions"][0]["leader"]
         await process.brokers.fence(leader)
         await process.ray.deliver(keep=lambda message: False)  # every push lost
-        await process.brokers.heartbeat(f"d{leader}", leader, None, None)
+        await process.brokers.heartbeat(f"d{leader}", leader, None, node_of(leader))
         await process.ray.deliver(keep=lambda message: False)
         done = await process.reconciler.reconcile()
         await settle(process)
@@ -302,7 +303,7 @@ def test_a_broker_fenced_before_a_restart_is_fenced_after_it_and_its_return_elec
         process = await cluster.restart()
         assert not process.core.liveness.is_live(only)
         cluster.registry.down.discard(only)
-        await process.brokers.heartbeat(f"d{only}", only, None, None)
+        await process.brokers.heartbeat(f"d{only}", only, None, node_of(only))
         await settle(process)
         assert process.image.topics[topic_id].partitions[0].leader == only
         assert only not in process.image.fenced_brokers
@@ -377,6 +378,7 @@ def test_a_replica_moved_away_and_back_receives_the_pushes(cluster):
         other = [b for b in range(4) if b not in original][0]
         away = [original[0], other]
         await process.reassignments.reassign_partitions("orders", {0: away})
+        await settle(process)  # the added replica runs (and so may join the ISR)
         p = process.image.topics[topic_id].partitions[0]
         await process.changes.alter_isr(topic_id, 0, p.leader, p.leader_epoch,
                                         p.partition_epoch, p.isr + [other], None)
@@ -442,16 +444,226 @@ def test_settings_are_kept_in_the_metadata_log_and_a_start_with_new_ones_overrid
     run(main())
 
 
-def test_a_replica_actor_of_no_topic_is_deleted_by_the_reconcile(cluster):
+def test_a_replica_actor_of_a_deleted_topic_is_deleted_by_the_reconcile(cluster):
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "old", 1, 1)
+        states = [{**r.state} for r in cluster.replicas_of(t["topic_id"]).values()]
+        await process.topics.delete_topic("old")
+        broker = states[0]["broker_id"]
+        await cluster.registry.actors[f"rafka-agent-d{broker}"].ensure_replicas(states)  # late
+        name = replica_name(t["topic_id"], 0, broker)
+        assert name in cluster.registry.actors
+        done = await process.reconciler.reconcile()
+        assert done.deleted == 1 and name not in cluster.registry.actors
+        process.store.close()
+
+    run(main())
+
+
+# -- creation and deletion of one replica never cross ------------------------------------------
+
+
+def test_a_replica_moved_away_and_straight_back_is_not_deleted_by_the_late_removal(cluster):
+    """The deletion of the replica the first move removed is still on its way when the
+    move back starts it again: the two never cross at the agent, so the replica the
+    metadata names as adding runs."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", 1, 2)
+        topic_id, original = t["topic_id"], t["partitions"][0]["replicas"]
+        other = [b for b in range(4) if b not in original][0]
+        await process.reassignments.reassign_partitions("orders", {0: [original[0], other]})
+        await settle(process)
+        p = process.image.topics[topic_id].partitions[0]
+        process.ray.hold("delete_replicas")
+        await process.changes.alter_isr(topic_id, 0, p.leader, p.leader_epoch,
+                                        p.partition_epoch, p.isr + [other], None)
+        while not process.ray.waiting.get("delete_replicas"):
+            await asyncio.sleep(0)
+        await process.reassignments.reassign_partitions("orders", {0: original})  # back
+        await settle(process)
+        process.ray.release("delete_replicas")
+        for _ in range(10):
+            await settle(process)
+        assert (topic_id, 0, original[1]) in cluster.registry.replicas()
+        process.store.close()
+
+    run(main())
+
+
+def test_a_topic_deleted_while_its_replicas_are_being_created_leaves_no_actor(cluster):
+    """The deletion waits for the creation of the same replicas, then deletes them; a
+    topic created again under the same name meanwhile keeps its own."""
+
+    async def main():
+        process = await cluster.start()
+        process.ray.hold("ensure_replicas")
+        first = process.run(create(process, "orders", 1, 4))
+        while not process.ray.waiting.get("ensure_replicas"):
+            await asyncio.sleep(0)
+        old_id = process.image.topic_ids["orders"]
+        deleting = process.run(process.topics.delete_topic("orders"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        process.ray.release("ensure_replicas")
+        await first
+        await deleting
+        again = await create(process, "orders", 1, 4)
+        await settle(process)
+        running = {k[0] for k in cluster.registry.replicas()}
+        assert old_id not in running and again["topic_id"] in running
+        process.store.close()
+
+    run(main())
+
+
+def test_one_agent_failing_during_a_creation_fails_neither_the_request_nor_the_others(cluster):
+    """The topic is created (its records are durable); the replicas on the working brokers
+    run and are recorded where they run, so they can be elected; the reconcile starts the
+    failed broker's replica once its agent works."""
+
+    async def main():
+        process = await cluster.start()
+        agent = cluster.registry.actors["rafka-agent-d1"]
+        agent.refuse_creation = True
+        t = await create(process, "orders", 1, 4)
+        running = {k[2] for k in cluster.replicas_of(t["topic_id"])}
+        assert running == {0, 2, 3}
+        agent.refuse_creation = False
+        await process.reconciler.reconcile()
+        assert {k[2] for k in cluster.replicas_of(t["topic_id"])} == {0, 1, 2, 3}
+        process.store.close()
+
+    run(main())
+
+
+def test_an_unclean_election_follows_the_config_in_force_when_it_is_decided(cluster):
+    """Enabling unclean election elects a leaderless partition's live replica, unless a
+    change disabling it again was recorded first: the follow-up reads the current config."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", 1, 3)
+        topic_id = t["topic_id"]
+        p = process.image.topics[topic_id].partitions[0]
+        leader = p.leader
+        await process.changes.alter_isr(topic_id, 0, leader, p.leader_epoch,
+                                        p.partition_epoch, [leader], None)
+        cluster.registry.down.add(leader)
+        await process.brokers.fence(leader)
+        await settle(process)
+        process.ray.hold("update_state")  # the enabling request waits in its config push
+        enabling = process.run(process.topics.alter_topic_config(
+            "orders", {"unclean.leader.election.enable": True}))  # fmt: skip
+        while not process.ray.waiting.get("update_state"):
+            await asyncio.sleep(0)
+        await process.core.lock.acquire()
+        disabling = process.run(process.topics.alter_topic_config(
+            "orders", {"unclean.leader.election.enable": False}))  # fmt: skip
+        await asyncio.sleep(0)
+        process.ray.release("update_state")
+        for _ in range(10):
+            await asyncio.sleep(0)
+        process.core.lock.release()
+        await enabling
+        await disabling
+        assert process.image.topics[topic_id].partitions[0].leader == NO_LEADER
+        process.store.close()
+
+    run(main())
+
+
+def test_an_election_for_a_topic_deleted_meanwhile_answers_instead_of_failing(cluster):
+    async def main():
+        process = await cluster.start()
+        await create(process, "orders", 2, 3)
+        await process.core.lock.acquire()
+        deleting = process.run(process.topics.delete_topic("orders"))
+        await asyncio.sleep(0)
+        electing = process.run(process.changes.elect_leaders("preferred", "orders", None))
+        await asyncio.sleep(0)
+        process.core.lock.release()
+        await deleting
+        results = await electing
+        assert [r["errno"] for r in results] == [UnknownTopicOrPartition.errno] * 2
+        process.store.close()
+
+    run(main())
+
+
+def test_a_retried_creation_whose_topic_was_deleted_and_created_again_is_not_answered_as_its_own(
+    cluster,
+):
+    async def main():
+        process = await cluster.start()
+        await create(process, "orders", 1, 2, request_id="first")
+        await process.topics.delete_topic("orders")
+        await create(process, "orders", 2, 2, request_id="second")
+        with pytest.raises(TopicAlreadyExists, match="deleted and created again"):
+            await create(process, "orders", 1, 2, request_id="first")
+        process.store.close()
+
+    run(main())
+
+
+def test_replicas_of_topics_the_metadata_never_knew_are_kept(cluster):
+    """A controller opened on an empty (wrong) metadata directory does not wipe the replicas
+    it finds: only a deleted topic's or a moved replica's are strays; a check-in of an
+    unknown topic is asked again, not told to delete itself."""
+
     async def main():
         process = await cluster.start()
         await cluster.registry.actors["rafka-agent-d1"].ensure_replicas([{
-            "topic_id": "ffff", "partition": 0, "broker_id": 1, "topic": "old",
+            "topic_id": "other-cluster", "partition": 0, "broker_id": 1, "topic": "old",
             "replicas": [1], "isr": [1], "leader": 1, "leader_epoch": 0, "config": {},
         }])  # fmt: skip
-        assert replica_name("ffff", 0, 1) in cluster.registry.actors
         done = await process.reconciler.reconcile()
-        assert done.deleted == 1 and replica_name("ffff", 0, 1) not in cluster.registry.actors
+        assert done.deleted == 0 and replica_name("other-cluster", 0, 1) in cluster.registry.actors
+        answer = await process.changes.replica_started("other-cluster", 0, 1, True, (0, 0), None)
+        assert answer == (None, True, -1)
+        process.store.close()
+
+    run(main())
+
+
+def test_a_topic_whose_creation_died_before_any_actor_ran_gets_leaders_once_they_run(cluster):
+    """The restarted controller hears the brokers before their new replicas run (they are
+    not electable then, and the partitions lose their leaders); once the reconcile has
+    started them, every partition is led again."""
+
+    async def main():
+        process = await cluster.start()
+        process.ray.hold("ensure_replicas")
+        process.run(create(process, "orders", 3, 2, request_id="req-1"))
+        while not process.ray.waiting.get("ensure_replicas"):
+            await asyncio.sleep(0)
+        await process.die()
+        process = await cluster.start()  # heartbeats first, as brokers are quick
+        await process.reconciler.reconcile()
+        await settle(process)
+        topic = process.image.topic("orders")
+        assert all(p.leader != NO_LEADER for p in topic.partitions.values())
+        assert_replicas_match_metadata(cluster, process)
+        process.store.close()
+
+    run(main())
+
+
+def test_the_reconcile_at_a_start_moves_no_leader_of_a_broker_not_heard_yet(cluster):
+    """Before the brokers' first heartbeats nobody is electable, and no led partition loses
+    its leader for that."""
+
+    async def main():
+        process = await cluster.start()
+        await create(process, "orders", 3, 2)
+        await process.die()
+        before = len(cluster.appended)
+        process = ControllerProcess(cluster.directory, cluster.registry, cluster.appended)
+        cluster.process = process
+        await process.reconciler.reconcile()
+        assert not [r for r in cluster.appended[before:] if r["type"] == "partition"]
         process.store.close()
 
     run(main())

@@ -54,3 +54,20 @@ def test_deleting_a_replica_of_a_deleted_topic_spares_the_new_topics_directory(t
     assert os.listdir(tmp_path) == ["orders-0"]
     assert new.log.log_end_offset == 1
     asyncio.run(new.close())
+
+
+def test_a_late_replica_of_a_deleted_topic_never_touches_the_newer_topics_directory(tmp_path):
+    """The deleted topic's replica is created after the newer topic of the same name took
+    the directory (its creation was slow): it works in its own stray directory, and its
+    deletion leaves the newer topic's records in place."""
+    new = PartitionReplica(str(tmp_path), {**state("new-id"), "topic_created_at": 20})
+    new.log.append_as_leader(rb.encode_batch([b"acked-1", b"acked-2"], timestamps=1), 0)
+    new.log.flush()
+    late = PartitionReplica(str(tmp_path), {**state("old-id"), "topic_created_at": 10})
+    assert late.directory.endswith("orders-0.old-id-stray")
+    asyncio.run(late.delete())
+    assert os.listdir(tmp_path) == ["orders-0"]
+    asyncio.run(new.close())
+    again = PartitionReplica(str(tmp_path), {**state("new-id"), "topic_created_at": 20})
+    assert again.log.log_end_offset == 2
+    asyncio.run(again.close())

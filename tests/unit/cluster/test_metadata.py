@@ -137,10 +137,11 @@ def test_broker_record_carries_the_rack_and_an_old_record_without_one_means_no_r
 
 
 def test_topic_record_creates_a_topic_findable_by_name():
-    """A topic record registers the topic by id and by name, with no partitions yet."""
+    """A topic record registers the topic by id and by name, with no partitions yet; a
+    record without a creation offset (written before they existed) counts its own."""
     image = image_with(topic_record(config={"retention.ms": 5}, internal=True))
     topic = image.topic("orders")
-    assert topic == TopicState("t1", "orders", {"retention.ms": 5}, True, {})
+    assert topic == TopicState("t1", "orders", {"retention.ms": 5}, True, {}, created_at=0)
     assert image.topic_ids == {"orders": "t1"}
 
 
@@ -336,7 +337,7 @@ def record_sequences(draw):
                 st.integers(1, 10**5)))})  # fmt: skip
         elif kind == "request":
             records.append({"type": "request", "request_id": draw(st.text("xyz", max_size=3)),
-                            "kind": "create_topic"})  # fmt: skip
+                            "kind": "create_topic", "topic_id": "id0"})  # fmt: skip
         else:
             records.append({"type": "producer_ids", "next": draw(st.integers(0, 10**6))})
     return records
@@ -389,7 +390,7 @@ def test_create_topic_returns_a_topic_record_then_one_record_per_partition():
     the first replica as leader and leader epoch 0."""
     image = MetadataImage()
     topic_id, records = controller.create_topic(image, "orders", 4, 2, None, BROKERS)
-    assert records[0] == topic_record(topic_id, "orders", {}, False)
+    assert records[0] == {**topic_record(topic_id, "orders", {}, False), "created_at": 0}
     plan = assign_replicas(topic_id, 0, 4, 2, BROKERS)
     assert records[1:] == [partition_record(topic_id, p, plan[p]) for p in range(4)]
     commit(image, records)
