@@ -12,6 +12,7 @@ the named workloads (all of them when none is named) in the order of ``WORKLOADS
   spark        Spark reading a topic and aggregating (baseline: the same rows from Parquet)
   produce-all  acks=all on RF=3 across three local nodes (baseline: acks=1, RF=1, same nodes)
   failover     time from killing a partition leader's node to the next acks=all write
+  controller   the controller killed under a producer: the write gap, its restart, a reconcile
 
 ``clients`` (produce + consume) and ``groups`` (group) are accepted as the older names.
 
@@ -23,8 +24,9 @@ so produce-all and failover have no peer figure; spark and storage are compared 
 baselines instead.
 
 Workloads that run on one embedded Ray node (produce, consume, latency, group, spark) share one
-rafka instance, each with topics of its own that it deletes; produce-all and failover share one
-``LocalCluster`` of three disk nodes, started after the embedded instance is shut down.
+rafka instance, each with topics of its own that it deletes; produce-all, failover and
+controller share one ``LocalCluster`` of three disk nodes, started after the embedded instance
+is shut down.
 
 Every workload writes ``<results-dir>/<workload>.json`` (the machine, the command line, every
 argument, the summary rows and the workload's full report); the run writes
@@ -91,15 +93,19 @@ WORKLOADS: dict[str, Workload] = {
                  "acks=all, RF=3 on three local nodes vs acks=1, RF=1", "local", False),
         Workload("failover", "bench.failover", "failover_workload",
                  "leader's node killed -> next acks=all write acknowledged", "local", False),
+        Workload("controller", "bench.controller", "workload",
+                 "controller killed under a producer: write gap, restart, reconcile", "local",
+                 False),
     )  # fmt: skip
 }
 ALIASES = {"clients": ("produce", "consume"), "groups": ("group",), "all": tuple(WORKLOADS)}
 #: Modules with options (``add_arguments``) and tiny sizes (``TINY``), in the help's order.
 OPTION_MODULES = ("bench.storage", "bench.clients", "bench.latency", "bench.groups",
-                  "bench.spark", "bench.failover")  # fmt: skip
+                  "bench.spark", "bench.failover", "bench.controller")  # fmt: skip
 OPTION_TITLES = {
     "bench.storage": "storage", "bench.clients": "produce and consume", "bench.latency": "latency",
     "bench.groups": "group", "bench.spark": "spark", "bench.failover": "produce-all and failover",
+    "bench.controller": "controller",
 }  # fmt: skip
 
 
