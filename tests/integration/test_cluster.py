@@ -269,3 +269,31 @@ def test_full_stop_and_start_keeps_topics_and_acknowledged_records(cluster, data
     records = consume_all(again, topic, 2, 500)
     assert {(r.partition, r.offset) for r in records} == acknowledged
     assert sorted(int(r.value) for r in records) == list(range(500))
+
+
+def test_an_interrupted_stop_is_finished_by_the_next_start_which_keeps_the_settings(
+    cluster, ray_session, data_dir, make_topic
+):
+    """`rafka down` stopped the replicas but was interrupted before it stopped the
+    controller: the next connect replaces that controller (it no longer watches brokers),
+    runs with the settings the metadata log kept, brings every acknowledged record back,
+    and refuses settings that differ from the running ones."""
+    from rafka.actors import service
+
+    topic = make_topic(partitions=1)
+    producer = cluster.producer(acks="all")
+    acked = [producer.send(topic, value=b"%d" % i).result(timeout=30).offset for i in range(20)]
+    producer.close()
+    controller = ray_session.get_actor(CONTROLLER_NAME, namespace=cluster.namespace)
+    ray_session.get(controller.stop_coordinators.remote(), timeout=60)
+    ray_session.get(controller.stop_replicas.remote(), timeout=120)
+    again = rafka.connect(data_dir=data_dir, namespace=cluster.namespace)  # no settings given
+    running = service.running_settings(cluster.namespace)
+    assert {k: running.get(k) for k in GROUP_SETTINGS} == GROUP_SETTINGS
+    assert not ray_session.get(
+        ray_session.get_actor(CONTROLLER_NAME, namespace=cluster.namespace).ping.remote()
+    )["stopping"]
+    assert [r.offset for r in consume_all(again, topic, 1, 20)] == acked
+    with pytest.raises(InvalidConfig, match="num.partitions=7"):
+        rafka.connect(data_dir=data_dir, namespace=cluster.namespace,
+                      settings={"num.partitions": 7})  # fmt: skip
