@@ -88,7 +88,8 @@ class ReplicaFollower:
         last_progress = time.monotonic()
         delay = 0.02
         write_delay = 0.0  # > 0 while local writes fail
-        while not r.closed and r.leader is None:
+        me = asyncio.current_task()
+        while not r.closed and r.leader is None and self._task is me:
             s = r.state
             leader_id = s["leader"]
             if time.monotonic() - last_progress > STATE_PULL_AFTER_S:
@@ -115,6 +116,10 @@ class ReplicaFollower:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
                 continue
+            if self._task is not me:
+                # Replaced while the fetch was out; asyncio's wait_for may hand a cancelled
+                # task the answer instead of its cancellation: never write it, and stop.
+                return
             if r.leader is not None or r.state["leader_epoch"] != s["leader_epoch"]:
                 continue  # the role changed while the fetch was out
             errno, message, hw, log_start, _, div_epoch, div_end, records = answer

@@ -667,3 +667,28 @@ def test_the_reconcile_at_a_start_moves_no_leader_of_a_broker_not_heard_yet(clus
         process.store.close()
 
     run(main())
+
+
+def test_the_first_heartbeat_after_a_restart_takes_no_leadership_from_brokers_not_heard_yet(
+    cluster,
+):
+    """A restarted controller hears the brokers one by one: the first one heard elects only
+    where no leader is, never over a leader whose broker has not spoken yet (moving it would
+    truncate its unreplicated tail and stall its producers for nothing)."""
+
+    async def main():
+        process = await cluster.start()
+        t = await create(process, "orders", 4, 3)
+        leaders = {p["partition"]: p["leader"] for p in t["partitions"]}
+        assert len(set(leaders.values())) > 1
+        await process.die()
+        before = len(cluster.appended)
+        process = ControllerProcess(cluster.directory, cluster.registry, cluster.appended)
+        cluster.process = process
+        first = min(leaders.values())
+        await process.brokers.heartbeat(f"d{first}", first, None, node_of(first))
+        await settle(process)
+        assert not [r for r in cluster.appended[before:] if r["type"] == "partition"]
+        process.store.close()
+
+    run(main())

@@ -132,3 +132,51 @@ def test_a_follower_whose_appends_fail_reports_itself_and_catches_up_when_they_w
     assert len(reports) == 1
     assert reports[0][:4] == ("tid", 0, 2, 7)
     log.close()
+
+
+def test_a_fetch_loop_replaced_while_its_fetch_is_answered_stops_without_writing(tmp_path):
+    """The replica's role changes (a pushed state restarts the loop) just as the old loop's
+    fetch is answered: asyncio's wait_for may then hand the old loop the answer instead of
+    its cancellation. The old loop must not write it nor go on fetching beside the new one,
+    or both append the same records and the replica fails."""
+    log = Log(str(tmp_path / "t-0"), LogConfig())
+    replica = FakeReplica(log)
+    leader = FakeLeader(5)
+    follower = ReplicaFollower(replica)
+    follower._handles[LEADER] = leader
+    replaced = []
+    real = FakeLeader.replicate.fget(leader).remote
+
+    class Replacing:
+        @staticmethod
+        def remote(*args):
+            async def answer():
+                result = await real(*args)
+                if not replaced:  # the loop is replaced while this answer is on its way
+                    replaced.append(follower._task)
+                    follower.stop()
+                    follower.start_if_needed()
+                return result
+            return answer()
+
+    class Leader:
+        replicate = Replacing
+
+    follower._handles[LEADER] = Leader()
+
+    old_loop_ended = []
+
+    async def run() -> None:
+        follower.start_if_needed()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if log.log_end_offset == 5 and replaced and replaced[0].done():
+                break
+        old_loop_ended.append(bool(replaced) and replaced[0].done())
+        follower.stop()
+
+    asyncio.run(run())
+    assert log.log_end_offset == 5
+    assert old_loop_ended == [True]  # one loop at a time
+    assert not [c for c in replica.controller.calls if c[0] == "replica_failed"]
+    log.close()
