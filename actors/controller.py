@@ -332,6 +332,7 @@ def build_parts(
     return {
         "core": core, "calls": calls, "changes": changes,
         "brokers": BrokerWatch(core, calls, changes), "topics": topics,
-        "reassignments": Reassignments(core, changes), "reconciler": Reconciler(core, calls, changes),
+        "reassignments": Reassignments(core, changes),
+        "reconciler": Reconciler(core, calls, changes),
         "coordinators": CoordinatorShards(core, calls, topics),
     }  # fmt: skip

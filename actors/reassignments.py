@@ -15,7 +15,11 @@ between is repaired by the reconcile.
 
 from __future__ import annotations
 
-from rafka.actors.controller_core import ControllerCore, min_insync_replicas, unclean_election_enabled
+from rafka.actors.controller_core import (
+    ControllerCore,
+    min_insync_replicas,
+    unclean_election_enabled,
+)
 from rafka.actors.partition_changes import PartitionChanges
 from rafka.cluster import controller as decide
 from rafka.cluster import elections

@@ -89,7 +89,7 @@ def _bring_up(args: argparse.Namespace) -> int:
     already = service.find_controller(namespace) is not None
     cluster = rafka.connect(
         address, data_dir=args.data_dir, namespace=namespace,
-        auto_create_topics=args.auto_create_topics, controller_disk=args.controller_disk,
+        auto_create_topics=args.auto_create_topics or None, controller_disk=args.controller_disk,
         settings=dict(args.settings),
     )  # fmt: skip
     status = cluster.status()

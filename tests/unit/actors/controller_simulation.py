@@ -279,9 +279,11 @@ class ControllerSimulation:
             if (s["leader"], s["leader_epoch"], s["partition_epoch"]) != (
                 p.leader, p.leader_epoch, p.partition_epoch
             ):
-                raise self.failure(4, f"replica {key} holds leader {s['leader']} epochs "
-                                      f"{s['leader_epoch']}/{s['partition_epoch']}, the metadata "
-                                      f"{p.leader} {p.leader_epoch}/{p.partition_epoch}")  # fmt: skip
+                raise self.failure(4, (
+                    f"replica {key} holds leader {s['leader']} epochs {s['leader_epoch']}/"
+                    f"{s['partition_epoch']}, the metadata {p.leader} {p.leader_epoch}/"
+                    f"{p.partition_epoch}"
+                ))
 
     # -- reporting -----------------------------------------------------------------------------
 
