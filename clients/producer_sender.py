@@ -116,7 +116,11 @@ class Sender:
         """Seconds until the next linger or backoff deadline (None: none). Everything else
         the sender waits for (answers, room in the queues) notifies ``wake``."""
         now = time.monotonic()
-        deadlines = [b.created + self.config.linger_ms / 1000 for b in self._acc.open.values()]
+        # A linger that ran out since the last pass is due now: the next pass seals it.
+        lingers = [b.created + self.config.linger_ms / 1000 for b in self._acc.open.values()]
+        if lingers and min(lingers) <= now:
+            return 0.0
+        deadlines = lingers
         for queue in self._queues.values():
             if queue.ready:
                 deadlines.append(queue.ready[0].retry_at)

@@ -351,3 +351,19 @@ def test_an_exhausted_epoch_moves_the_partition_to_a_new_producer_id(gateway, ma
     after.result(timeout=10)
     assert stamps_of(gateway, LARGE) == [(1000, 32767, 0)]
     assert stamps_of(gateway, small(0)) == [(1001, 0, 0)]
+
+
+def test_a_linger_that_ran_out_while_the_sender_was_busy_still_wakes_it(gateway, make_producer):
+    """The open batch's linger ends between the sender's pass over the queues and its wait:
+    the wait must end at once, not never (nothing else would wake it, and the batch would
+    sit until it filled)."""
+    import time
+
+    producer = make_producer(linger_ms=200)
+    future = producer.send("t", value=b"lingering", partition=0)
+    sender = producer._sender
+    with sender._lock:  # the sender is busy: its next look comes after the linger ended
+        time.sleep(0.25)
+        wait = sender._next_wakeup()
+    assert wait is not None and wait < 0.01
+    assert future.result(timeout=10).offset == 0
