@@ -172,6 +172,10 @@ class BrokerCalls:
         p = topic.partitions.get(partition) if topic is not None else None
         return p is not None and broker_id in p.replicas
 
+    def starting(self, topic_id: str, partition: int, broker_id: int) -> bool:
+        """True while this replica's actor is being created or deleted."""
+        return replica_name(topic_id, partition, broker_id) in self._name_locks
+
     @contextlib.asynccontextmanager
     async def _replicas_held(self, states: list[dict]):
         """Hold the named replicas (in name order) while they are created or deleted: a
@@ -205,62 +209,59 @@ class BrokerCalls:
         """Have each broker's agent start the replica actors named (those the metadata still
         names once they are held), where they do not run. A replica created here with an
         empty log starts in a replica epoch reserved now (above any of its earlier lives');
-        one that finds its files checks in for its own. Returns the brokers whose agent
-        failed, with the error: their replicas are left to the reconcile."""
-        states = [s for group in by_broker.values() for s in group]
-        async with self._replicas_held(states):
-            return await self._ensure_held(by_broker)
-
-    async def _ensure_held(self, by_broker: dict[int, list[dict]]) -> dict[int, BaseException]:
-        by_broker = {
-            b: kept for b, group in by_broker.items()
-            if (kept := [s for s in group if self.names_a_replica(
-                s["topic_id"], s["partition"], s["broker_id"])])
-        }  # fmt: skip
+        one that finds its files checks in for its own. Returns the brokers where some
+        replica did not start, with the error: they are left to the reconcile."""
+        by_broker = {b: states for b, states in by_broker.items() if states}
         if not by_broker:
             return {}
         epoch = self.core.reserve_replica_epoch()
-        stamped = {b: [{**s, "replica_epoch": epoch} for s in states]
-                   for b, states in by_broker.items()}  # fmt: skip
-        for states in stamped.values():
-            for s in states:  # a cached handle may be of an earlier actor of that name
-                self.forget_replica(s["topic_id"], s["partition"], s["broker_id"])
-        brokers = list(stamped)
-        answers = await asyncio.gather(
-            *(self.call_agent(b, "ensure_replicas", stamped[b]) for b in brokers),
+        outcomes = await asyncio.gather(
+            *(self._ensure_on(b, states, epoch) for b, states in by_broker.items()),
             return_exceptions=True,
         )
-        failed = {b: a for b, a in zip(brokers, answers) if isinstance(a, BaseException)}
+        failed = {b: o for b, o in zip(by_broker, outcomes) if isinstance(o, BaseException)}
         for b, error in failed.items():
-            self.core.logger.warning("could not start the replicas of broker %d: %r", b, error)
-            by_broker.pop(b)
+            self.core.logger.warning("could not start replicas of broker %d: %r", b, error)
+        return failed
+
+    async def _ensure_on(self, broker_id: int, states: list[dict], epoch: int) -> None:
+        """``ensure`` on one broker, holding only that broker's replica names."""
+        async with self._replicas_held(states):
+            states = [{**s, "replica_epoch": epoch} for s in states
+                      if self.names_a_replica(s["topic_id"], s["partition"], broker_id)]
+            if not states:
+                return
+            for s in states:  # a cached handle may be of an earlier actor of that name
+                self.forget_replica(s["topic_id"], s["partition"], broker_id)
+            described = await self.call_agent(broker_id, "ensure_replicas", states)
         # Replicas running with their logs (created empty, or checked in) are where they run;
         # one still waiting to check in ("starting") is not vouched for here.
-        for described in answers:
-            if isinstance(described, BaseException):
-                continue
-            by_node: dict[str, list] = {}
-            for d in described or ():
-                if d.get("node_id") and d.get("role") != "starting":
-                    by_node.setdefault(d["node_id"], []).append(
-                        (d["topic_id"], d["partition"], d["broker_id"])
-                    )
-            for node, keys in by_node.items():
-                self.core.store.append(
-                    node_restarts.replicas_seen_on(self.core.image, node, keys)
+        started = [d for d in described if "error" not in d]
+        by_node: dict[str, list] = {}
+        for d in started:
+            if d.get("node_id") and d.get("role") != "starting":
+                by_node.setdefault(d["node_id"], []).append(
+                    (d["topic_id"], d["partition"], d["broker_id"])
                 )
+        for node, keys in by_node.items():
+            self.core.store.append(node_restarts.replicas_seen_on(self.core.image, node, keys))
         # The partitions may have changed while their actors were being created, and the
         # pushes of those changes found no actor: tell them the state they have now.
-        for broker_id, states in by_broker.items():
-            for s in states:
-                topic = self.core.image.topics.get(s["topic_id"])
-                p = topic.partitions.get(s["partition"]) if topic is not None else None
-                if p is not None and broker_id in p.replicas and (
-                    p.leader_epoch, p.partition_epoch) != (s["leader_epoch"], s["partition_epoch"]
-                ):  # fmt: skip
-                    self.tell(topic.topic_id, p.partition, broker_id,
-                              self.replica_state(topic, p, broker_id))  # fmt: skip
-        return failed
+        sent = {(s["topic_id"], s["partition"]): s for s in states}
+        for d in started:
+            s = sent.get((d["topic_id"], d["partition"]))
+            topic = self.core.image.topics.get(d["topic_id"])
+            p = topic.partitions.get(d["partition"]) if topic is not None else None
+            if s is not None and p is not None and broker_id in p.replicas and (
+                p.leader_epoch, p.partition_epoch) != (s["leader_epoch"], s["partition_epoch"]
+            ):  # fmt: skip
+                self.tell(topic.topic_id, p.partition, broker_id,
+                          self.replica_state(topic, p, broker_id))  # fmt: skip
+        errors = [d["error"] for d in described if "error" in d]
+        if errors:
+            raise BrokerNotAvailable(
+                f"{len(errors)} replica(s) of broker {broker_id} did not start: {errors[0]}"
+            )
 
     def tell(self, topic_id: str, partition: int, broker_id: int, state: dict) -> None:
         """Send ``state`` (whole, or a config change) to one replica without waiting; its

@@ -16,19 +16,23 @@ import ray
 
 from rafka.actors.logs import actor_logger, label_process_logs, log_prefix
 from rafka.actors.partition_replica import PartitionReplica
-from rafka.actors.replica_state import read_state, stray_path
 from rafka.actors.placement import (
     CONTROLLER_NAME,
     disk_dir,
     pinned_to_disk,
     replica_name,
 )
+from rafka.actors.replica_state import newer_topic_holds, read_state, stray_path
 from rafka.cluster.placement import RACK_LABEL
 from rafka.errors import KafkaStorageError
 from rafka.storage.checkpoint import read_text, write_atomically
+from rafka.storage.log import partition_dir
 from rafka.storage.log_loader import ensure_writable_directory
 
 META_PROPERTIES = "meta.properties"
+#: How long a replica of a deleted topic gets to delete itself before a newer topic of its
+#: name takes the directory, s (it is killed after).
+RETIRE_TIMEOUT_S = 30.0
 
 
 def read_meta_properties(directory: str) -> dict[str, str]:
@@ -127,10 +131,12 @@ class NodeAgent:
 
     async def ensure_replicas(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Create (or find) the replica actors for ``states`` on this disk; wait until each has
-        opened its log. Returns each replica's description."""
+        opened its log. Returns each replica's description, or for one that could not start
+        ``{topic_id, partition, broker_id, error}``: the others are not held back by it."""
         actor = ray.remote(PartitionReplica)
         handles = []
         for state in states:
+            await self._retire_older_topic(state)
             name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
             handle = actor.options(
                 name=name, namespace=self.namespace, get_if_exists=True,
@@ -138,7 +144,38 @@ class NodeAgent:
             ).remote(self.directory, state, namespace=self.namespace)  # fmt: skip
             self.replicas[name] = handle
             handles.append(handle)
-        return list(await asyncio.gather(*(h.ready.remote() for h in handles)))
+        answers = await asyncio.gather(*(h.ready.remote() for h in handles),
+                                       return_exceptions=True)  # fmt: skip
+        return [
+            answer if not isinstance(answer, BaseException) else {
+                "topic_id": state["topic_id"], "partition": state["partition"],
+                "broker_id": state["broker_id"], "error": repr(answer),
+            }
+            for state, answer in zip(states, answers)
+        ]  # fmt: skip
+
+    async def _retire_older_topic(self, state: dict[str, Any]) -> None:
+        """A replica of a deleted topic of the same name that still runs here (its broker was
+        away when the topic was deleted) holds the partition directory: delete it (files and
+        actor) before the new topic's replica opens the directory, so the old one never
+        writes into it."""
+        path = partition_dir(self.directory, state["topic"], state["partition"])
+        saved = read_state(path)
+        if saved is None or saved["topic_id"] == state["topic_id"]:
+            return
+        if not newer_topic_holds(state, saved):
+            return  # the directory's topic is the newer one: this replica keeps out of it
+        old = _find(replica_name(saved["topic_id"], state["partition"], state["broker_id"]),
+                    self.namespace)  # fmt: skip
+        if old is None:
+            return
+        self.logger.warning("deleting the replica of deleted topic id %s before topic id %s "
+                            "takes %s", saved["topic_id"], state["topic_id"], path)  # fmt: skip
+        try:
+            await asyncio.wait_for(old.delete.remote(), RETIRE_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, asyncio.TimeoutError) as e:
+            self.logger.warning("the old replica did not delete itself: %r", e)
+        ray.kill(old, no_restart=True)
 
     async def delete_replicas(self, states: list[dict[str, Any]]) -> int:
         """Delete the files of these replicas and stop their actors."""

@@ -114,18 +114,26 @@ class PartitionChanges:
 
     async def elect_where_leaderless(self, only=None) -> int:
         """Elect a leader for every partition (of ``only``'s (topic, partition) pairs) that
-        has none, from the replicas that may lead now: after replica actors were created (a
-        replica is electable once it runs where its broker runs). A partition with a leader
-        is left alone: a broker not heard yet since a controller start is not electable,
-        but its leadership is not taken for that."""
-        core = self.core
-        return await self.change(
-            lambda t, q: elections.elect_if_leaderless(
+        has none, or whose leader's broker speaks but whose leader replica was never seen
+        running there (its actor could not be started), from the replicas that may lead
+        now: after replica actors were created (a replica is electable once it runs where
+        its broker runs). A leader whose broker has not spoken since this controller started
+        keeps leading, and so does one whose actor is being started right now."""
+        core, calls = self.core, self.calls
+
+        def decide_one(t: TopicState, q: PartitionState) -> PartitionState | None:
+            if q.leader != NO_LEADER and (
+                q.leader not in core.heard
+                or calls.starting(t.topic_id, q.partition, q.leader)
+                or q.leader in core.electable(t.topic_id, q.partition)
+            ):
+                return None
+            return elections.elect_if_leaderless(
                 q, core.electable(t.topic_id, q.partition), unclean_election_enabled(t),
                 min_insync_replicas(t),
-            ) if q.leader == NO_LEADER else None,
-            only=only,
-        )  # fmt: skip
+            )
+
+        return await self.change(decide_one, only=only)
 
     async def _create_added(self, topic: TopicState, p: PartitionState, added: list[int]):
         """Start the replicas a reassignment adds; one that cannot be started now (the

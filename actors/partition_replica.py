@@ -307,7 +307,9 @@ class PartitionReplica:
         """Take on the controller's state ``new`` (ignored when older than the one held,
         unless ``force``): persist it, then lead or follow as it says."""
         old = self.state
-        if is_stale(new, old) or (not force and state_version(new) < state_version(old)):
+        if self.closed or is_stale(new, old) or (
+            not force and state_version(new) < state_version(old)
+        ):
             return
         self.state = with_defaults({**old, **new})
         self.log.config = LogConfig.from_dict(self.state["config"])

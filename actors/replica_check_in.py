@@ -45,6 +45,8 @@ class ReplicaCheckIn:
                 "replica_started", r.topic_id, r.partition, r.broker_id, clean, position,
                 current_node_id(),
             )  # fmt: skip
+            if r.closed:  # closed while the answer travelled (a cancel may not have landed)
+                return
             if answer is not None and answer[0] is None and answer[1]:
                 answer = None  # the controller could not place this check-in yet: retry
             if answer is not None and answer[0] is not None and is_stale(answer[0], r.state):
@@ -80,7 +82,7 @@ class ReplicaCheckIn:
             "replica_started", r.topic_id, r.partition, r.broker_id, True,
             log_position(r.log), current_node_id(),
         )  # fmt: skip
-        if answer is not None and answer[1]:
+        if answer is not None and answer[1] and not r.closed:
             state, _, replica_epoch = answer
             r.replica_epoch = max(r.replica_epoch, replica_epoch)
             r.adopt(state)

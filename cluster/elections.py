@@ -279,7 +279,10 @@ def alter_isr(
         )
     joining = [b for b in new_isr if b not in p.isr and b not in live]
     if joining:
-        raise IneligibleReplica(f"brokers {joining} are not alive and may not join the ISR")
+        raise IneligibleReplica(
+            f"brokers {joining} are not alive, or their replicas were not seen running where "
+            "the broker runs, and may not join the ISR yet"
+        )
     known = current_incarnations or {}
     restarted = joiners_seen_in_an_earlier_life(p, new_isr, incarnations, known)
     if restarted:

@@ -82,12 +82,17 @@ class FakeAgent:
         self.broker_id = broker_id
         self.disk = disk
         self.refuse_creation = False  # its node cannot start actors (a full node, say)
+        self.fail_partitions: set[int] = set()  # replicas of these partitions fail to start
 
     async def ensure_replicas(self, states: list[dict]) -> list[dict]:
         if self.refuse_creation:
             raise KafkaStorageError("the node could not start the replica actors")
         out = []
         for s in states:
+            if s["partition"] in self.fail_partitions:
+                out.append({"topic_id": s["topic_id"], "partition": s["partition"],
+                            "broker_id": s["broker_id"], "error": "KafkaStorageError()"})
+                continue
             name = replica_name(s["topic_id"], s["partition"], s["broker_id"])
             replica = self.registry.actors.get(name)
             if replica is None:

@@ -692,3 +692,44 @@ def test_the_first_heartbeat_after_a_restart_takes_no_leadership_from_brokers_no
         process.store.close()
 
     run(main())
+
+
+def test_replicas_started_beside_one_that_failed_are_recorded_and_may_lead(cluster):
+    """One replica of a broker fails to start: the broker's other new replicas are recorded
+    where they run, so they may join the ISR and lead."""
+
+    async def main():
+        process = await cluster.start()
+        agent = cluster.registry.actors["rafka-agent-d1"]
+        agent.fail_partitions = {1}
+        t = await create(process, "orders", 4, 4)
+        topic_id = t["topic_id"]
+        for partition in (0, 2, 3):
+            assert 1 in process.core.electable(topic_id, partition)
+        assert 1 not in process.core.electable(topic_id, 1)
+        agent.fail_partitions = set()
+        await process.reconciler.reconcile()
+        assert 1 in process.core.electable(topic_id, 1)
+        process.store.close()
+
+    run(main())
+
+
+def test_a_partition_led_by_a_replica_that_never_started_gets_another_leader(cluster):
+    """The leader's broker speaks but its replica actor cannot be started: the leadership
+    moves to an in-sync replica that runs, instead of leaving the partition offline."""
+
+    async def main():
+        process = await cluster.start()
+        cluster.registry.actors["rafka-agent-d1"].refuse_creation = True
+        t = await create(process, "orders", 4, 3)
+        led_by_1 = [p["partition"] for p in t["partitions"] if p["replicas"][0] == 1]
+        assert led_by_1
+        await process.reconciler.reconcile()
+        for partition in led_by_1:
+            p = process.image.topics[t["topic_id"]].partitions[partition]
+            assert p.leader not in (1, NO_LEADER)
+            assert (t["topic_id"], partition, p.leader) in cluster.registry.replicas()
+        process.store.close()
+
+    run(main())
