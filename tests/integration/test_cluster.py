@@ -297,3 +297,40 @@ def test_an_interrupted_stop_is_finished_by_the_next_start_which_keeps_the_setti
     with pytest.raises(InvalidConfig, match="num.partitions=7"):
         rafka.connect(data_dir=data_dir, namespace=cluster.namespace,
                       settings={"num.partitions": 7})  # fmt: skip
+
+
+def test_a_new_topic_retires_a_running_replica_of_an_older_topic_of_its_name(
+    cluster, ray_session, data_dir
+):
+    """A replica of an older topic of the same name still runs on the disk (its broker was
+    away when that topic was deleted): creating the new topic deletes it before the new
+    replica opens the directory, so the old one never writes into the new topic's files."""
+    import os
+
+    from rafka.actors.placement import DEFAULT_DISK, agent_name, replica_name
+
+    name = "retire-older"
+    admin = cluster.admin()
+    broker = admin.brokers()[0].broker_id
+    agent = ray_session.get_actor(agent_name(DEFAULT_DISK), namespace=cluster.namespace)
+    old_state = {
+        "topic": name, "topic_id": "0ld0ld0ld", "partition": 0, "broker_id": broker,
+        "replicas": [broker], "isr": [broker], "leader": broker, "leader_epoch": 0,
+        "partition_epoch": 0, "config": {}, "topic_created_at": -1, "replica_epoch": 1,
+    }  # fmt: skip
+    ray_session.get(agent.ensure_replicas.remote([old_state]), timeout=60)
+    old = replica_name("0ld0ld0ld", 0, broker)
+    ray_session.get_actor(old, namespace=cluster.namespace)  # runs
+    admin.create_topic(name, 1, 1)
+    try:
+        with pytest.raises(ValueError):
+            ray_session.get_actor(old, namespace=cluster.namespace)
+        producer = cluster.producer(acks="all")
+        assert producer.send(name, value=b"new").result(timeout=30).offset == 0
+        producer.close()
+        assert [r.value for r in consume_all(cluster, name, 1, 1)] == [b"new"]
+        leftovers = [d for d in os.listdir(os.path.join(data_dir, DEFAULT_DISK))
+                     if d.startswith(f"{name}-0")]  # fmt: skip
+        assert leftovers == [f"{name}-0"]
+    finally:
+        admin.delete_topic(name)
