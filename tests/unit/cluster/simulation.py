@@ -32,7 +32,9 @@ actor instance; rafka's replicas have ``max_task_retries=0``): a follower's fetc
 at once (RayActorError), other callers wait for their timeout. An answer is lost if the
 process that answers dies before it arrives (a fetch then fails the same way). A request
 sent before its sender died still arrives (a late fetch from a replica's earlier life). The
-controller never fails. A broker
+controller may die and restart (in the correlated mixes), also between recording a batch of
+partition changes and pushing them; a restarted controller pushes every state, and pushes
+them all again every ``reconcile_ms``. A broker
 
 - crashes (its process dies, its log survives), or crashes lossily (each log loses its
   unflushed tail, as in a power failure), and restarts after a random downtime;
@@ -73,8 +75,9 @@ Invariants, checked after every event (``Checker``):
    is acknowledged (Kafka's acks=all promise).
 
 At the end the faults stop, every broker restarts, producing stops and the cluster
-converges; then every acknowledged record must be in the final leader's log, exactly once,
-at its acknowledged offset, and no record whose append was refused may be there.
+converges (every live replica holds exactly the controller's recorded state); then every
+acknowledged record must be in the final leader's log, exactly once, at its acknowledged
+offset, and no record whose append was refused may be there.
 
 ``SimConfig.broken`` breaks a rule on purpose, to prove the checker can fail.
 ``SimConfig.proposed`` holds the rules that fixed bugs G and H (in the test module): Kafka's
