@@ -214,7 +214,9 @@ def stream_topic(
 ):
     """A micro-batch stream of ``topic`` (Spark's ``foreachBatch``): each batch, from the
     offsets ``group_id`` committed up to the high watermark, is handed to ``fn(df,
-    batch_id)``, and its end offsets are committed after ``fn`` returns. See
+    batch_id)``, and its end offsets are committed after ``fn`` returns. A group without
+    offsets starts at ``starting_offsets``, resolved once and committed before the first
+    batch ('latest': what arrives after the stream starts). See
     ``rafka.clients.spark_stream.TopicStream``; with ``start=False`` nothing runs until
     ``start()`` or ``process_available()``."""
     from rafka.clients.spark_stream import TopicStream

@@ -209,6 +209,44 @@ def parse_progress(metadata: str) -> tuple[int, int | None] | None:
         return None
 
 
+#: The batch id whose end a stream's recorded starting offsets are: batch 0 starts there.
+BEFORE_FIRST_BATCH = -1
+
+
+def unrecorded_starts(
+    committed: Mapping[int, tuple[int, str]],
+    bounds: Mapping[int, PartitionBounds],
+    starting: dict[int, int] | int,
+    committed_only: bool,
+) -> dict[int, tuple[int, str]]:
+    """{partition: (offset, metadata)} to commit for each partition of ``bounds`` the group
+    has no offset for, before any batch is planned from them. As Spark's Kafka source
+    resolves its starting offsets once and writes them to the offset log, a stream records
+    where it starts, so 'latest' means the end when the stream began, not at each plan.
+
+    Before a stream has started (no committed offset carries a stream's progress) such a
+    partition starts at ``starting``; afterwards it is a partition added since, read from its
+    log start (its records all came after the start, as in Spark). The metadata marks the
+    offset as the end of the latest batch seen (BEFORE_FIRST_BATCH for a new stream), so the
+    next batch starts there."""
+    missing = sorted(set(bounds) - set(committed))
+    if not missing:
+        return {}
+    progress = [pr for pr in (parse_progress(m) for _o, m in committed.values()) if pr]
+    started = bool(progress)
+    metadata = progress_metadata(max((pr[0] for pr in progress), default=BEFORE_FIRST_BATCH))
+    out = {}
+    for partition in missing:
+        b = bounds[partition]
+        given = EARLIEST
+        if not started:
+            given = starting.get(partition, EARLIEST) if isinstance(starting, dict) else starting
+        last = b.stable_end if committed_only else b.high_watermark
+        out[partition] = (b.log_start if given == EARLIEST else last if given == LATEST
+                          else given, metadata)  # fmt: skip
+    return out
+
+
 @dataclass(frozen=True)
 class MicroBatch:
     """One batch of a stream: ``ranges`` per partition, ``replay`` when it repeats a batch
@@ -235,7 +273,10 @@ def plan_micro_batch(
     metadata)}: a batch planned and not finished is repeated with the same ranges (so a sink
     keyed by batch id sees the same records again); otherwise from each committed offset (or
     ``starting`` for partitions without one) to the readable end, at most ``max_records``
-    records shared in proportion to each partition's backlog. None when nothing is new."""
+    records shared in proportion to each partition's backlog. None when nothing is new.
+    Partitions without a committed offset start where ``unrecorded_starts`` puts them (a
+    stream commits those first, so they hold still from plan to plan)."""
+    committed = {**unrecorded_starts(committed, bounds, starting, committed_only), **committed}
     progress = {p: parse_progress(m) for p, (_o, m) in committed.items()}
     planned = {p: pr for p, pr in progress.items() if pr is not None and pr[1] is not None}
     if planned:
@@ -249,11 +290,7 @@ def plan_micro_batch(
     backlog: dict[int, tuple[int, int]] = {}
     for partition, b in sorted(bounds.items()):
         last = b.stable_end if committed_only else b.high_watermark
-        if partition in committed:
-            start = committed[partition][0]
-        else:
-            given = starting.get(partition, EARLIEST) if isinstance(starting, dict) else starting
-            start = b.log_start if given == EARLIEST else last if given == LATEST else given
+        start = committed[partition][0]
         if start < b.log_start:
             raise OffsetOutOfRange(
                 f"the stream's next offset {start} of {topic}-{partition} is below the log "

@@ -1,7 +1,10 @@
 """Micro-batch streams of a topic into Spark, with progress kept as a consumer group's
 committed offsets (so ``rafka groups describe`` shows a stream's lag like any consumer's).
 
-Each batch runs in three steps, as Spark's offset log and commit log do:
+A new stream first commits where it starts (``starting_offsets`` resolved once, as Spark
+writes batch 0's start to its offset log), so a stream from 'latest' reads what arrives
+after that moment, however long it waits for it. Each batch then runs in three steps, as
+Spark's offset log and commit log do:
 
 1. plan: from the group's committed offsets to each partition's high watermark (at most
    ``max_records_per_batch`` in all), and commit the *start* offsets again with the plan
@@ -31,15 +34,33 @@ from rafka.clients.spark_offsets import (
     parse_offsets,
     plan_micro_batch,
     progress_metadata,
+    unrecorded_starts,
 )
 from rafka.clients.topic_snapshot import (
     DEFAULT_RECORDS_PER_BLOCK,
     partition_bounds,
     snapshot_ranges,
 )
+from rafka.errors import IllegalState
 from rafka.types import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+def read_batch(stream: "TopicStream", ranges: dict[int, tuple[int, int]]) -> tuple[Any, int]:
+    """A batch's ranges as a DataFrame over a snapshot of them, and its row count."""
+    from rafka.clients.spark import snapshot_dataframe
+
+    snapshot = snapshot_ranges(
+        stream.cluster, stream.topic, ranges, stream.max_records_per_partition
+    )
+    return snapshot_dataframe(stream.spark, snapshot), snapshot.rows
+
+
+def release_batch(df: Any) -> None:
+    from rafka.clients.spark import release
+
+    release(df)
 
 
 @dataclass(frozen=True)
@@ -59,7 +80,11 @@ class TopicStream:
 
     ``process_available()`` runs batches in this thread until the group has caught up with
     the high watermarks it saw; ``start()`` runs them on a thread, one every
-    ``trigger_interval_s`` at most (at once when a batch took longer), until ``stop()``."""
+    ``trigger_interval_s`` at most (at once when a batch took longer), until ``stop()``.
+
+    One batch runs at a time (``run_once`` holds a lock through plan, ``fn`` and commit), and
+    one loop at most runs per stream: a ``start()`` while the loop of an earlier ``start()``
+    still runs (a ``stop(timeout_s)`` that timed out) raises IllegalState."""
 
     def __init__(
         self,
@@ -96,33 +121,40 @@ class TopicStream:
         self.last_progress: BatchProgress | None = None
         self.exception: BaseException | None = None
         self._admin = cluster.admin()
+        # Each loop has its own stop event: a start() after stop() must not un-stop the
+        # loop that stop() asked to end.
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._batch_lock = threading.Lock()
+        self._running_batch: int | None = None
         cluster.metadata.topic(topic)  # UnknownTopicOrPartition now, not in a thread later
 
     # -- running -------------------------------------------------------------------------------
 
     def run_once(self) -> BatchProgress | None:
-        """Plan, run and commit one batch; None when there is nothing new."""
+        """Plan, run and commit one batch; None when there is nothing new. A call while
+        another batch of this stream runs waits for it (and then plans the next)."""
+        with self._batch_lock:
+            try:
+                return self._run_batch()
+            finally:
+                self._running_batch = None
+
+    def _run_batch(self) -> BatchProgress | None:
         batch = self._plan()
         if batch is None:
             return None
+        self._running_batch = batch.batch_id
         if not batch.replay:
             self._commit({p: OffsetAndMetadata(start, progress_metadata(batch.batch_id, end))
                           for p, (start, end) in batch.ranges.items()})  # fmt: skip
         began = time.monotonic()
-        from rafka.clients.spark import release, snapshot_dataframe
-
-        snapshot = snapshot_ranges(
-            self.cluster, self.topic, batch.ranges, self.max_records_per_partition
-        )
-        df = snapshot_dataframe(self.spark, snapshot)
-        records = snapshot.rows
+        df, records = read_batch(self, batch.ranges)
         read = time.monotonic()
         try:
             self.fn(df, batch.batch_id)
         finally:
-            release(df)
+            release_batch(df)
         done = time.monotonic()
         self._commit({p: OffsetAndMetadata(end, progress_metadata(batch.batch_id))
                       for p, (_start, end) in batch.ranges.items()})  # fmt: skip
@@ -143,23 +175,34 @@ class TopicStream:
         return ran
 
     def start(self) -> "TopicStream":
-        if self._thread is not None:
-            raise RuntimeError("the stream is already started; stop() it first")
-        self._stopping.clear()
+        """Run batches on a thread until ``stop()``. IllegalState while a loop runs: an
+        earlier start's (even one asked to stop whose batch has not finished yet)."""
+        if self._thread is not None and self._thread.is_alive():
+            if not self._stopping.is_set():
+                raise IllegalState("the stream is already started; stop() it first")
+            running = self._running_batch
+            doing = "between batches" if running is None else f"still running batch {running}"
+            raise IllegalState(
+                f"the stream's previous loop was asked to stop but is {doing}; wait for it "
+                "(stop() without a timeout, or await_termination()) before starting again"
+            )
+        self.exception = None
+        self._stopping = stopping = threading.Event()
         self._thread = threading.Thread(
-            target=self._loop, name=f"rafka-stream-{self.group_id}", daemon=True
-        )
+            target=self._loop, args=(stopping,), name=f"rafka-stream-{self.group_id}",
+            daemon=True,
+        )  # fmt: skip
         self._thread.start()
         return self
 
-    def _loop(self) -> None:
+    def _loop(self, stopping: threading.Event) -> None:
         try:
-            while not self._stopping.is_set():
+            while not stopping.is_set():
                 began = time.monotonic()
                 self.run_once()
                 wait = self.trigger_interval_s - (time.monotonic() - began)
                 if wait > 0:
-                    self._stopping.wait(wait)
+                    stopping.wait(wait)
         except BaseException as e:  # handed to await_termination, as Spark does
             log.exception("stream %s of %s stopped", self.group_id, self.topic)
             self.exception = e
@@ -169,11 +212,14 @@ class TopicStream:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout_s: float | None = None) -> None:
-        """Stop after the batch in progress (which commits first)."""
+        """Stop after the batch in progress (which commits first), waiting up to
+        ``timeout_s`` for it. When that runs out the loop ends on its own after its batch;
+        ``is_active`` stays true and ``start()`` is refused until then."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-            self._thread = None
+            if not self._thread.is_alive():
+                self._thread = None
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait for the stream to end; re-raises the exception that ended it. Returns whether
@@ -187,15 +233,21 @@ class TopicStream:
     # -- offsets -------------------------------------------------------------------------------
 
     def _plan(self) -> MicroBatch | None:
+        """The next batch. Partitions without a committed offset have their start
+        committed first (once: later plans start from it), after the plan has checked it."""
         bounds = partition_bounds(self.cluster, self.topic)
-        committed = self._admin.list_group_offsets(
+        listed = self._admin.list_group_offsets(
             self.group_id, [TopicPartition(self.topic, p) for p in bounds]
         )
-        return plan_micro_batch(
-            self.topic,
-            {tp.partition: (o.offset, o.metadata) for tp, o in committed.items()},
-            bounds, self.starting, self.max_records_per_batch, self.committed_only,
+        committed = {tp.partition: (o.offset, o.metadata) for tp, o in listed.items()}
+        starts = unrecorded_starts(committed, bounds, self.starting, self.committed_only)
+        batch = plan_micro_batch(
+            self.topic, {**committed, **starts}, bounds, self.starting,
+            self.max_records_per_batch, self.committed_only,
         )  # fmt: skip
+        if starts:
+            self._commit({p: OffsetAndMetadata(o, m) for p, (o, m) in starts.items()})
+        return batch
 
     def _commit(self, offsets: dict[int, OffsetAndMetadata]) -> None:
         self._admin.alter_group_offsets(

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rafka.clients.spark_offsets import (
+    BEFORE_FIRST_BATCH,
     EARLIEST,
     LATEST,
     PROGRESS_PREFIX,
@@ -17,6 +18,7 @@ from rafka.clients.spark_offsets import (
     parse_progress,
     plan_micro_batch,
     progress_metadata,
+    unrecorded_starts,
 )
 from rafka.errors import OffsetOutOfRange
 
@@ -122,9 +124,45 @@ def test_partitions_without_a_commit_start_from_starting_offsets():
 
 
 def test_a_stream_starting_at_latest_sees_only_records_that_come_after():
-    assert plan({}, {0: PB(0, 20, 20)}, starting=LATEST) is None
-    first = MicroBatch(0, {0: (20, 20)})
-    assert plan(done(first), {0: PB(0, 25, 25)}, starting=LATEST) == MicroBatch(1, {0: (20, 25)})
+    """'latest' is resolved once and recorded as where batch 0 starts; the plans that follow
+    start there, however far the end has moved since."""
+    bounds = {0: PB(0, 20, 20), 1: PB(4, 9, 9)}
+    recorded = unrecorded_starts({}, bounds, LATEST, False)
+    assert recorded == {0: (20, progress_metadata(BEFORE_FIRST_BATCH)),
+                        1: (9, progress_metadata(BEFORE_FIRST_BATCH))}  # fmt: skip
+    assert plan({}, bounds, starting=LATEST) is None
+    assert plan(recorded, bounds, starting=LATEST) is None
+    grown = {0: PB(0, 25, 25), 1: PB(4, 9, 9)}
+    assert plan(recorded, grown, starting=LATEST) == MicroBatch(0, {0: (20, 25), 1: (9, 9)})
+
+
+def test_starting_offsets_apply_until_the_stream_has_progress_then_new_partitions_start_early():
+    bounds = {0: PB(0, 20, 20), 1: PB(3, 8, 8)}
+    assert unrecorded_starts({0: (12, "by hand")}, bounds, LATEST, False) == {
+        1: (8, progress_metadata(BEFORE_FIRST_BATCH))
+    }
+    assert unrecorded_starts({0: (12, progress_metadata(4))}, bounds, LATEST, False) == {
+        1: (3, progress_metadata(4))
+    }
+    assert unrecorded_starts({0: (12, progress_metadata(4)), 1: (5, "")}, bounds, LATEST,
+                             False) == {}  # fmt: skip
+
+
+def test_a_partition_added_while_a_batch_is_planned_joins_the_batch_after_the_replay():
+    bounds = {0: PB(0, 30, 30), 1: PB(0, 6, 6)}
+    committed = {0: (10, progress_metadata(3, 30))}
+    starts = unrecorded_starts(committed, bounds, LATEST, False)
+    assert starts == {1: (0, progress_metadata(3))}
+    replay = plan({**committed, **starts}, bounds)
+    assert replay == MicroBatch(3, {0: (10, 30)}, replay=True)
+    after = plan({**starts, **done(replay)}, bounds)
+    assert after == MicroBatch(4, {0: (30, 30), 1: (0, 6)})
+
+
+def test_latest_of_a_read_committed_stream_is_the_last_stable_offset():
+    assert unrecorded_starts({}, {0: PB(0, 20, 12)}, LATEST, True) == {
+        0: (12, progress_metadata(BEFORE_FIRST_BATCH))
+    }
 
 
 def test_a_starting_offset_past_the_end_waits_there():
