@@ -11,6 +11,12 @@ from rafka.errors import RequestTimedOut
 from rafka.storage import record_batch as rb
 from rafka.types import RecordMetadata
 
+#: The producer's monotonic clock, in seconds: batch creation times, lingers, backoffs and
+#: timeouts are all read from it. Tests replace it (before making the Producer) to drive
+#: time by hand.
+clock = time.monotonic
+
+
 class ProducerBatch:
     """Records bound for one partition, sent (and retried) as one record batch.
 
@@ -23,7 +29,7 @@ class ProducerBatch:
         "size", "count", "created", "order", "producer_id", "producer_epoch", "sequence",
         "encoded", "attempts", "retry_at", "callbacks", "done", "error", "base_offset",
         "append_time", "packed", "closed", "plain", "maybe_written", "parent", "parts",
-        "pending_parts",
+        "pending_parts", "last_error",
     )  # fmt: skip
 
     def __init__(self, topic: str, partition: int, timestamp: int) -> None:
@@ -36,7 +42,7 @@ class ProducerBatch:
         self.timestamp = timestamp
         self.size = 0
         self.count = 0
-        self.created = time.monotonic()
+        self.created = clock()  # the delivery timeout counts from here
         # Send order within the partition, a tuple so a split batch's halves sort between
         # it and the next batch: (n,) for the n-th batch sealed, (n, 0) and (n, 1) for its
         # halves. Batches waiting to be resent go back into the queue by this order.
@@ -62,6 +68,9 @@ class ProducerBatch:
         self.parent: ProducerBatch | None = None
         self.parts: list[tuple[int, ProducerBatch]] | None = None
         self.pending_parts = 0
+        # The error its last attempt ended with, while it waits to be sent again: a batch
+        # that expires there fails with it (it says more than the timeout).
+        self.last_error: BaseException | None = None
 
     def record_timestamp(self, index: int) -> int:
         if self.append_time >= 0:

@@ -191,3 +191,27 @@ def _read(piece) -> SentBatch:
     header = rb.read_header(piece)
     values = rb.decode_records(piece).values
     return SentBatch(header.producer_id, header.producer_epoch, header.base_sequence, values)
+
+
+class ManualClock:
+    """A monotonic clock (seconds) that moves only when the test says: install it as
+    ``rafka.clients.producer_batches.clock`` before making the Producer, then ``advance``
+    it (which wakes the producer's sender so it looks at the new time)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self._producers: list = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def drive(self, producer) -> None:
+        """Wake ``producer``'s sender whenever the clock moves."""
+        self._producers.append(producer)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for producer in self._producers:
+            accumulator = producer._accumulator
+            with accumulator.lock:
+                accumulator.wake.notify_all()
