@@ -62,15 +62,17 @@ class ExpiryMixin:
             self._next_stall_check = now + RECHECK_INTERVAL_S
 
     def _expire_queued(self, now: float) -> None:
-        """Fail the batches waiting in a ready queue past their delivery timeout. As Kafka,
-        each queue is looked at from its head and up to its first batch still in time.
-        Sender thread, lock not held."""
+        """Fail the batches waiting in a ready queue past their delivery timeout (every
+        one: a queue is in send order, which is not always creation order, e.g. a bulk
+        batch built while a send() batch lingered). Sender thread, lock not held."""
         expired = []
         with self._lock:
             for queue in self._queues.values():
-                while queue.ready and delivery_expired(queue.ready[0], now, self.config):
-                    expired.append((queue, queue.ready.popleft()))
-                if expired and expired[-1][0] is queue:
+                late = [b for b in queue.ready if delivery_expired(b, now, self.config)]
+                for batch in late:
+                    queue.ready.remove(batch)
+                    expired.append((queue, batch))
+                if late:
                     queue.retrying = any(self._is_resend(b) for b in queue.ready)
         for queue, batch in expired:
             if batch.last_error is not None:  # its last attempt failed: say how
@@ -94,5 +96,5 @@ class ExpiryMixin:
             out.append(max(self._next_stall_check, sent.sent_at + SUSPECT_AFTER_S))
         for queue in self._queues.values():
             if queue.ready:
-                out.append(queue.ready[0].created + delivery_s)
+                out.append(min(b.created for b in queue.ready) + delivery_s)
         return out

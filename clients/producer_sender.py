@@ -170,7 +170,7 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
             ):
                 return True
         for queue in self._queues.values():
-            if queue.ready and now - queue.ready[0].created >= delivery_s:
+            if any(now - b.created >= delivery_s for b in queue.ready):
                 return True
         if now >= self._next_stall_check and any(
             now - s.sent_at >= SUSPECT_AFTER_S for s in self._requests
