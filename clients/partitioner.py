@@ -179,11 +179,29 @@ def partitions_for_keys(
     num_partitions: int,
     offsets: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`default_partition` of many keys at once (see :func:`murmur2_many`); int32."""
+    """:func:`default_partition` of many keys at once (see :func:`murmur2_many`); int32.
+
+    A null key (length -1, as ``BinaryColumn.lengths`` marks it) has no hash partition: its
+    entry is -1, and the caller places it (the default partitioner puts it on the sticky
+    partition)."""
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
-    hashes = murmur2_many(lengths, data, offsets)
-    return (hashes & 0x7FFFFFFF) % num_partitions
+    lens = _as_index_array("lengths", lengths)
+    keyed = lens >= 0
+    if keyed.all():
+        hashes = murmur2_many(lens, data, offsets)
+        return (hashes & 0x7FFFFFFF) % num_partitions
+    if offsets is None:
+        offsets = np.zeros(lens.size, dtype=np.int64)
+        if lens.size > 1:
+            np.cumsum(np.maximum(lens[:-1], 0), out=offsets[1:])
+    offs = _as_index_array("offsets", offsets)
+    if offs.size != lens.size:
+        raise ValueError(f"offsets has {offs.size} entries but lengths has {lens.size}")
+    out = np.full(lens.size, -1, dtype=np.int32)
+    hashes = murmur2_many(lens[keyed], data, offs[keyed])
+    out[keyed] = (hashes & 0x7FFFFFFF) % num_partitions
+    return out
 
 
 class Partitioner(ABC):

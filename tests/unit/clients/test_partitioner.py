@@ -202,6 +202,22 @@ def test_partitions_for_keys_equals_default_partition(keys, num_partitions):
     assert parts.tolist() == [default_partition(k, num_partitions) for k in keys]
 
 
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=60),
+       st.integers(1, 1000))  # fmt: skip
+def test_partitions_for_keys_hashes_the_non_null_keys_and_marks_null_keys_minus_one(
+    keys, num_partitions
+):
+    """Null keys (length -1, zero bytes in the data) leave the other keys' partitions as
+    murmur2 gives them, laid end to end or at given offsets."""
+    lengths = np.array([-1 if k is None else len(k) for k in keys], dtype=np.int64)
+    data = b"".join(k for k in keys if k is not None)
+    expected = [-1 if k is None else default_partition(k, num_partitions) for k in keys]
+    assert partitions_for_keys(lengths, data, num_partitions).tolist() == expected
+    sizes = np.maximum(lengths, 0)
+    offsets = np.cumsum(sizes) - sizes
+    assert partitions_for_keys(lengths, data, num_partitions, offsets).tolist() == expected
+
+
 def test_partitions_for_keys_rejects_zero_partitions():
     with pytest.raises(ValueError, match="at least 1"):
         partitions_for_keys(np.array([1]), b"a", 0)
