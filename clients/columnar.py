@@ -115,14 +115,26 @@ def group_rows(partitions: np.ndarray) -> dict[int, np.ndarray]:
     } if len(partitions) else {}
 
 
+def record_sizes(values: BinaryColumn, keys: BinaryColumn | None, overhead: int) -> np.ndarray:
+    """Bytes per record as the producer counts them: value, key (a null one is 0) and
+    ``overhead``; int64."""
+    sizes = np.maximum(values.lengths, 0).astype(np.int64) + overhead
+    if keys is not None:
+        sizes += np.maximum(keys.lengths, 0)
+    return sizes
+
+
 def chunks(
     values: BinaryColumn, keys: BinaryColumn | None, limit: int, overhead: int
 ) -> Iterator[tuple[int, int]]:
     """(start, stop) row ranges whose bytes stay within ``limit`` (at least one row each)."""
-    n = len(values)
-    sizes = np.maximum(values.lengths, 0).astype(np.int64) + overhead
-    if keys is not None:
-        sizes += np.maximum(keys.lengths, 0)
+    return size_chunks(record_sizes(values, keys, overhead), limit)
+
+
+def size_chunks(sizes: np.ndarray, limit: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) ranges of consecutive ``sizes`` whose sum stays within ``limit`` (at
+    least one entry each)."""
+    n = len(sizes)
     ends = np.cumsum(sizes)
     start = 0
     while start < n:

@@ -24,13 +24,15 @@ import time
 import uuid
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from rafka.clients.partitioner import (
     DefaultPartitioner,
     make_partitioner,
     partitions_for_keys,
 )
 from rafka.clients.serializers import BYTES_LIKE, check_bytes, resolve
-from rafka.clients.producer_accumulator import RecordAccumulator
+from rafka.clients.producer_accumulator import CLOSED, RecordAccumulator
 from rafka.clients.producer_batches import (
     BulkFuture,
     ProducerBatch,
@@ -133,8 +135,8 @@ class Producer:
             value = self._value_serializer(value)
         if self._key_serializer is not None:
             key = self._key_serializer(key)
-        if self._accumulator.closed:
-            raise IllegalState("the producer is closed; create a new one")
+        if self._accumulator.closing:
+            raise IllegalState(CLOSED)  # checked again under the lock, when appending
         if value is not None and value.__class__ is not bytes:
             check_bytes(value, "value")
         if key is not None and key.__class__ is not bytes:
@@ -197,10 +199,14 @@ class Producer:
 
         ``values``/``keys`` may be a pyarrow binary or string array (no per-record copy), a
         sequence of bytes/None, or a 2-D uint8 numpy array (one row per record). Records go to
-        ``partition`` when given, else by key (murmur2, as ``send``), else to one partition
-        per batch in turn. Returns a future whose result says where the records landed."""
-        if self._accumulator.closed:
-            raise IllegalState("the producer is closed; create a new one")
+        ``partition`` when given, else by key (murmur2, as ``send``); null-key records go
+        to the sticky partition, which moves on after each batch. Within a partition the
+        records keep their column order and follow the records sent before the call. Raises
+        before queuing anything for a column that can not be sent whole (RecordTooLarge,
+        UnknownTopicOrPartition, IllegalState once close() has begun). Returns a future
+        whose result says where the records landed."""
+        if self._accumulator.closing:
+            raise IllegalState(CLOSED)
         from rafka.clients import columnar
 
         value_col = columnar.binary_column(values, "values")
@@ -209,69 +215,100 @@ class Producer:
         if key_col is not None and len(key_col) != count:
             raise ValueError(f"{len(key_col)} keys for {count} values: give one key per value")
         meta = self._metadata.topic(topic)
+        # Every check comes before the first batch is queued: a column is refused whole.
+        sizes = columnar.record_sizes(value_col, key_col, RECORD_OVERHEAD)
+        _check_sizes(sizes, self.config.max_request_size)
+        limit = min(self._accumulator.batch_limit, self.config.max_request_size)
         if partition is not None:
             if not 0 <= partition < len(meta):
                 raise UnknownTopicOrPartition(
                     f"topic {topic!r} has partitions 0..{len(meta) - 1}, not {partition}"
                 )
             groups = {partition: None}
-        elif key_col is not None and key_col.null_count == 0:
+        elif key_col is not None and key_col.null_count < count:
             parts = partitions_for_keys(key_col.lengths, key_col.data, len(meta), key_col.offsets)
+            if key_col.null_count:
+                self._place_null_keys(topic, parts, sizes, limit, len(meta))
             groups = columnar.group_rows(parts)
         else:
             groups = {None: None}  # spread batches round the partitions
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        limit = min(self._accumulator.batch_limit, self.config.max_request_size)
         batches: list[ProducerBatch] = []
-        for target, rows in groups.items():
-            vals = value_col if rows is None else value_col.take(rows)
-            ks = None if key_col is None else (key_col if rows is None else key_col.take(rows))
-            for start, stop in columnar.chunks(vals, ks, limit, RECORD_OVERHEAD):
-                if stop - start == 1 and vals.size_of(start, stop) > self.config.max_request_size:
-                    raise RecordTooLarge(
-                        f"record {start} of the column is larger than max_request_size="
-                        f"{self.config.max_request_size}"
-                    )
-                with self._lock:
-                    p = target
-                    if p is None:
-                        p = self._partitioner.partition(topic, None, len(meta))
-                    batch = ProducerBatch(topic, p, timestamp)
-                    batch.count = stop - start
-                    batch.size = vals.size_of(start, stop) + RECORD_OVERHEAD * batch.count
-                    batch.packed = (
-                        None if ks is None else ks.slice(start, stop).to_msgpack(),
-                        vals.slice(start, stop).to_msgpack(),
-                    )
-                    self._accumulator.add_sealed(batch)
-                batches.append(batch)
+        try:
+            for target, rows in groups.items():
+                vals = value_col if rows is None else value_col.take(rows)
+                ks = None if key_col is None else (key_col if rows is None else key_col.take(rows))
+                row_sizes = sizes if rows is None else sizes[rows]
+                for start, stop in columnar.size_chunks(row_sizes, limit):
+                    with self._lock:
+                        p = target
+                        if p is None:
+                            p = self._partitioner.partition(topic, None, len(meta))
+                        batch = ProducerBatch(topic, p, timestamp)
+                        batch.count = stop - start
+                        batch.size = int(row_sizes[start:stop].sum())
+                        batch.packed = (
+                            None if ks is None else ks.slice(start, stop).to_msgpack(),
+                            vals.slice(start, stop).to_msgpack(),
+                        )
+                        self._accumulator.add_sealed(batch)
+                    batches.append(batch)
+        except (IllegalState, RequestTimedOut) as e:
+            if not batches:
+                raise
+            queued = sum(b.count for b in batches)
+            raise type(e)(
+                f"{e} ({queued} of the column's {count} records were queued before this and "
+                "are sent; the others were not)"
+            ) from e
         return BulkFuture(topic, batches)
+
+    def _place_null_keys(
+        self, topic: str, parts: np.ndarray, sizes: np.ndarray, limit: int, count: int
+    ) -> None:
+        """Give the null-key rows of a keyed column (``parts`` -1) partitions as send()
+        would: the sticky partition, moving on after each batch's worth (``limit`` bytes)
+        of them, so the keyed rows keep their murmur2 partitions."""
+        from rafka.clients import columnar
+
+        null_rows = np.flatnonzero(parts < 0)
+        with self._lock:
+            for start, stop in columnar.size_chunks(sizes[null_rows], limit):
+                chosen = self._partitioner.partition(topic, None, count)
+                parts[null_rows[start:stop]] = chosen
+                self._partitioner.on_new_batch(topic, count, chosen)
 
     # -- flush and close -----------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything queued (ignoring linger_ms) and wait until it is acknowledged or
-        failed. Raises RequestTimedOut if that takes longer than ``timeout`` seconds."""
+        """Send everything queued (ignoring linger_ms) and wait until every record sent
+        before the call is acknowledged or failed; records other threads send meanwhile
+        are sent at once but not waited for (as Kafka's flush). Raises RequestTimedOut if
+        that takes longer than ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         acc = self._accumulator
         with self._lock:
-            acc.flushing += 1
-            try:
-                acc.seal_all()
-                while acc.outstanding:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise RequestTimedOut(
-                            f"flush: {acc.outstanding} batch(es) unacknowledged after {timeout} s"
-                        )
-                    acc.wake.wait(remaining)
-            finally:
-                acc.flushing -= 1
+            waiting = acc.begin_flush()
+        try:
+            for batch in waiting:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.done.wait(remaining):
+                    left = sum(not b.done.is_set() for b in waiting)
+                    raise RequestTimedOut(
+                        f"flush: {left} batch(es) unacknowledged after {timeout} s; wait "
+                        "longer, or check the cluster (each record's future has its outcome)"
+                    )
+        finally:
+            with self._lock:
+                acc.end_flush()
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop the sender. Sending after close raises IllegalState."""
+        """Flush, then stop the sender. A send begun once close() has begun raises
+        IllegalState (no record is queued that the stopped sender would never send)."""
         if self._accumulator.closed:
             return
+        with self._lock:
+            self._accumulator.begin_close()
         try:
             self.flush(timeout)
         finally:
@@ -293,6 +330,20 @@ class Producer:
                 "buffered_bytes": self._accumulator.buffered,
                 "producer_id": self.producer_id,
             }
+
+
+def _check_sizes(sizes: np.ndarray, max_request_size: int) -> None:
+    """RecordTooLarge naming the first record of a column (``sizes`` in bytes, as send()
+    counts them) over ``max_request_size``."""
+    over = np.flatnonzero(sizes > max_request_size)
+    if over.size:
+        first = int(over[0])
+        raise RecordTooLarge(
+            f"record {first} of the column is {int(sizes[first])} bytes (key, value and "
+            f"{RECORD_OVERHEAD} bytes of framing), over max_request_size={max_request_size} "
+            f"({over.size} record(s) are); nothing of the column was queued: raise "
+            "max_request_size (and the topic's max.message.bytes) or send them smaller"
+        )
 
 
 def _check_headers(headers) -> list[tuple[str, bytes | None]]:

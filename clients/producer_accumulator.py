@@ -4,6 +4,11 @@ batches queued for the sender, with the buffer-memory accounting that bounds the
 Shared by the Producer (which appends records) and the Sender (which seals lingering batches,
 takes sealed ones and hands their outcome back). Every field is guarded by ``lock``; ``wake``
 is notified whenever the sender has new work or the buffer has room again.
+
+Within a partition, batches are sent in the order they are sealed, so a batch queued whole
+(``add_sealed``) first seals the partition's open batch: records keep the order they were
+sent in, one by one or in bulk. Once the producer starts closing (``closing``) nothing more
+is accepted: a record queued after the sender stopped would never complete.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from rafka.clients.producer_batches import (
     new_future,
 )
 from rafka.clients.producer_config import ProducerConfig
-from rafka.errors import RequestTimedOut
+from rafka.errors import IllegalState, RequestTimedOut
+
+CLOSED = "the producer is closed or closing; create a new one to send more"
 
 
 class RecordAccumulator:
@@ -39,10 +46,23 @@ class RecordAccumulator:
         # Null-key records under the default partitioner all go to the topic's sticky batch.
         self.sticky_batches: dict[str, ProducerBatch] = {}
         self.queues: dict[tuple[str, int], PartitionQueue] = {}
-        self.outstanding = 0  # batches created and not yet done
+        # Batches created and not yet done (the halves of a split batch in its place): what
+        # a flush waits for is the set when it began.
+        self.incomplete: set[ProducerBatch] = set()
         self.buffered = 0  # bytes of records not yet acknowledged
         self.flushing = 0
-        self.closed = False
+        self.closing = False  # close() has begun: appends are refused
+        self.closed = False  # close() has flushed: the sender ends once nothing is left
+
+    @property
+    def outstanding(self) -> int:
+        """Batches created and not yet done."""
+        return len(self.incomplete)
+
+    def check_open(self) -> None:
+        """IllegalState once close() has begun. Lock held (for an answer that stands)."""
+        if self.closing or self.closed:
+            raise IllegalState(CLOSED)
 
     def append(
         self,
@@ -57,7 +77,9 @@ class RecordAccumulator:
         sticky: bool,
     ) -> RecordFuture:
         """Add one checked record (``size`` bytes as counted against the buffer) to the open
-        batch of its partition, opening or sealing batches as needed. Lock held."""
+        batch of its partition, opening or sealing batches as needed. IllegalState once
+        close() has begun. Lock held."""
+        self.check_open()
         if self.buffered + size > self.buffer_memory:
             self.wait_for_buffer(size)
         batch = self.open.get((topic, partition))
@@ -93,11 +115,17 @@ class RecordAccumulator:
         return new_future((batch, index))
 
     def add_sealed(self, batch: ProducerBatch) -> None:
-        """Queue a batch built whole (the bulk path), once the buffer has room. Lock held."""
+        """Queue a batch built whole (the bulk path), once the buffer has room, after the
+        open batch of its partition (sealed now: its records were sent first). IllegalState
+        once close() has begun. Lock held."""
+        self.check_open()
         if self.buffered + batch.size > self.buffer_memory:
             self.wait_for_buffer(batch.size)
+        before = self.open.get((batch.topic, batch.partition))
+        if before is not None:
+            self.seal(before)
         self.buffered += batch.size
-        self.outstanding += 1
+        self.incomplete.add(batch)
         self.seal(batch)
 
     def open_batch(self, topic: str, partition: int) -> ProducerBatch:
@@ -106,7 +134,7 @@ class RecordAccumulator:
             self.seal(old)
         batch = ProducerBatch(topic, partition, int(time.time() * 1000))
         self.open[(topic, partition)] = batch
-        self.outstanding += 1
+        self.incomplete.add(batch)
         self.wake.notify()  # the sender's linger deadline may now be earlier
         return batch
 
@@ -140,6 +168,26 @@ class RecordAccumulator:
             if self.flushing or self.closed or now - batch.created >= linger:
                 self.seal(batch)
 
+    def begin_flush(self) -> list[ProducerBatch]:
+        """Seal every open batch and count a flush in progress (the sender then sends
+        without lingering, as Kafka's ``beginFlush``); returns the batches the flush waits
+        for: those not done now. Pair with ``end_flush``. Lock held."""
+        self.flushing += 1
+        self.seal_all()
+        return list(self.incomplete)
+
+    def end_flush(self) -> None:
+        """Lock held."""
+        self.flushing -= 1
+
+    def begin_close(self) -> None:
+        """Refuse appends from now on, and seal the open batches so that no record joins
+        them on send()'s fast path (which appends only to a batch not yet sealed). Lock
+        held."""
+        self.closing = True
+        self.seal_all()
+        self.wake.notify_all()  # a send waiting for buffer room fails now (see wait_for_buffer)
+
     def queue(self, topic: str, partition: int) -> PartitionQueue:
         queue = self.queues.get((topic, partition))
         if queue is None:
@@ -152,8 +200,9 @@ class RecordAccumulator:
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         self.seal_all()  # send what we hold, it frees the buffer
         while self.buffered + size > self.buffer_memory and self.buffered > 0:
+            self.check_open()  # close() began while this waited
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.closed:
+            if remaining <= 0:
                 raise RequestTimedOut(
                     f"buffer_memory={self.buffer_memory} bytes stayed full for "
                     f"max_block_ms={self.config.max_block_ms}; the cluster is slower than the "
@@ -164,10 +213,11 @@ class RecordAccumulator:
     def replace(self, batch: ProducerBatch, parts: list[ProducerBatch]) -> None:
         """``parts`` take the place of ``batch`` (split): they are counted as batches of
         their own, it no longer is (its sizes are theirs). Lock held."""
-        self.outstanding += len(parts) - 1
+        self.incomplete.discard(batch)
+        self.incomplete.update(parts)
 
     def release(self, batch: ProducerBatch) -> None:
         """Forget a batch that is done (acknowledged or failed). Lock held."""
-        self.outstanding -= 1
+        self.incomplete.discard(batch)
         self.buffered -= batch.size
         self.wake.notify_all()
