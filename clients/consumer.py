@@ -33,7 +33,9 @@ __all__ = ["Consumer", "EARLIEST", "LATEST"]
 
 class Consumer(GroupConsumerMixin):
     """Not thread-safe (as Kafka's consumer): use it from one thread. The group settings
-    (``group_id`` ... ``metadata_max_age_ms``) have Kafka's names and defaults."""
+    (``group_id`` ... ``metadata_max_age_ms``) have Kafka's names and defaults. A fetch with
+    no answer after ``fetch_max_wait_ms`` + ``request_timeout_ms`` is given up and sent again
+    from the same offset; ``request_timeout_ms`` also bounds each offset lookup."""
 
     def __init__(
         self,

@@ -5,8 +5,10 @@ Invariants of a ``PartitionState``:
 
 - ``position`` <= the first offset still buffered <= ``fetch_offset``: records below the
   position were handed out, the next fetch starts at ``fetch_offset``.
-- ``records`` holds the not yet returned records of exactly one batch, decoded (and
-  deserialized) only as ``poll`` hands them out.
+- ``records`` holds the not yet returned records of exactly one batch, the one starting at
+  ``decoded_from`` (the answer array and the byte position of the batch in it); that batch
+  belongs to ``chunks[0]``. Records are decoded (and deserialized) one batch at a time, only
+  as ``poll`` hands them out, so ``poll_columns`` can go back to the raw bytes of that batch.
 - Each entry of ``chunks`` is ``[answer bytes, byte position of the next batch to read]``.
 """
 
@@ -29,7 +31,8 @@ class PartitionState:
 
     __slots__ = (
         "tp", "position", "fetch_offset", "paused", "in_flight", "chunks", "records",
-        "high_watermark", "log_start_offset", "generation", "retry_at",
+        "decoded_from", "high_watermark", "log_start_offset", "generation", "retry_at",
+        "fetch_after_drain",
     )  # fmt: skip
 
     def __init__(self, tp: TopicPartition) -> None:
@@ -41,16 +44,27 @@ class PartitionState:
         self.retry_at = 0.0  # after a retriable error, no new fetch before this (clock s)
         self.chunks: collections.deque = collections.deque()  # [data, position in data]
         self.records: collections.deque = collections.deque()  # decoded, not yet returned
+        self.decoded_from: tuple | None = None  # (data, byte position) of the batch in records
         self.high_watermark = -1
         self.log_start_offset = -1
         self.generation = 0  # bumped by seek: answers to older fetches are dropped
+        # A fetch ahead of the buffer was answered OffsetOutOfRange: hand out what is buffered
+        # first, then fetch again at the position reached (only that answer may reset it).
+        self.fetch_after_drain = False
 
     def clear(self) -> None:
         """Forget everything buffered and the fetch in flight (a seek or a reset)."""
         self.chunks.clear()
         self.records.clear()
+        self.decoded_from = None
         self.in_flight = None
+        self.fetch_after_drain = False
         self.generation += 1
+
+    def buffered(self) -> bool:
+        """Whether records fetched but not yet handed out may remain (control batches and
+        records below the position count until they are read past)."""
+        return bool(self.records) or any(pos < len(data) for data, pos in self.chunks)
 
 
 class BufferReader:
@@ -105,6 +119,7 @@ class BufferReader:
                 if collecting:
                     gc.enable()
             if state.records:
+                state.decoded_from = (data, pos)
                 return True
         return False
 
@@ -133,18 +148,8 @@ class BufferReader:
         advancing the position; returns how many records were taken."""
         from rafka.clients import columnar
 
+        self._undecode(state)
         taken = 0
-        if state.records:  # left over from a record-mode poll
-            import pyarrow as pa
-
-            leftover = [state.records.popleft() for _ in range(min(limit, len(state.records)))]
-            parts.append(pa.RecordBatch.from_pylist(
-                [{"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                  "timestamp": r.timestamp, "key": r.key, "value": r.value} for r in leftover],
-                schema=columnar.SCHEMA,
-            ))  # fmt: skip
-            taken += len(leftover)
-            state.position = leftover[-1].offset + 1
         while taken < limit and state.chunks:
             chunk = state.chunks[0]
             data, pos = chunk
@@ -169,3 +174,18 @@ class BufferReader:
                 parts.append(batch)
                 taken += len(batch)
         return taken
+
+    @staticmethod
+    def _undecode(state: PartitionState) -> None:
+        """Records left by a ``poll`` go back to their batch's raw bytes: the columns carry
+        bytes, and deserialized keys and values need not convert back to them. The batch is
+        read again from the position, which skips the records already handed out."""
+        if not state.records:
+            return
+        data, pos = state.decoded_from
+        state.records.clear()
+        state.decoded_from = None
+        if state.chunks and state.chunks[0][0] is data:
+            state.chunks[0][1] = pos
+        else:
+            state.chunks.appendleft([data, pos])

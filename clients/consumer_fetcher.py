@@ -50,7 +50,8 @@ class Fetcher:
 
     def send_fetches(self, states: Iterable[PartitionState]) -> None:
         """A fetch for each unpaused partition with a position, none in flight, not backing
-        off, and at most the answer being read buffered."""
+        off, and at most the answer being read buffered (none at all after an out-of-range
+        answer to a fetch ahead of the buffer)."""
         now = self.clock()
         for state in states:
             if state.paused or state.in_flight is not None or state.retry_at > now:
@@ -59,6 +60,10 @@ class Fetcher:
                 self.reset(state)
             if len(state.chunks) > 1:
                 continue  # a whole answer is buffered beyond the one being read: enough ahead
+            if state.fetch_after_drain:
+                if state.buffered():
+                    continue
+                state.fetch_after_drain = False
             self._fetch(state)
 
     def _fetch(self, state: PartitionState) -> None:
@@ -85,14 +90,34 @@ class Fetcher:
     # -- answers -------------------------------------------------------------------------------
 
     def _abandon_stalled(self, states: Iterable[PartitionState]) -> None:
-        """Give up fetches outstanding far past their long-poll time whose leader has moved
-        (a request to a dead node may not fail for seconds)."""
+        """Give up unanswered fetches that are late, as Kafka's request.timeout.ms does:
+        every fetch once its long-poll time plus request_timeout_s has passed, and sooner
+        (past SUSPECT_AFTER_S) one whose leader moved, since a request to a dead node may not
+        fail for seconds. The partition is fetched again from the same fetch offset and an
+        answer to the abandoned fetch, if one ever comes, is never read: nothing is lost or
+        handed out twice."""
         now = self.clock()
-        stall_after = self.fetch_max_wait_ms / 1000 + SUSPECT_AFTER_S
-        for state in states:
-            if state.in_flight is None or now - state.in_flight[2] < stall_after:
+        wait_s = self.fetch_max_wait_ms / 1000
+        late_after = wait_s + min(SUSPECT_AFTER_S, self.request_timeout_s)
+        late = [s for s in states if s.in_flight is not None and now - s.in_flight[2] >= late_after]
+        if not late:
+            return
+        # An answer already here (the application polled late) is used, not thrown away.
+        answered, _ = self.gateway.wait([s.in_flight[0] for s in late], len(late), timeout_s=0)
+        answered = set(answered)
+        for state in late:
+            ref, _generation, sent_at, leader = state.in_flight
+            if ref in answered:
                 continue
-            if self.metadata.leader_moved(state.tp.topic, state.tp.partition, state.in_flight[3]):
+            if now - sent_at >= wait_s + self.request_timeout_s:
+                log.warning(
+                    "%s: a fetch sent %.1f s ago has no answer (fetch_max_wait_ms=%d, "
+                    "request_timeout_ms=%d); fetching again", state.tp, now - sent_at,
+                    self.fetch_max_wait_ms, round(self.request_timeout_s * 1000),
+                )  # fmt: skip
+                state.in_flight = None
+                self._retry_later(state)
+            elif self.metadata.leader_moved(state.tp.topic, state.tp.partition, leader):
                 log.info("%s: the leader moved during a fetch; fetching again", state.tp)
                 state.in_flight = None
 
@@ -138,6 +163,14 @@ class Fetcher:
         if errno:
             error = error_class(errno)(message)
             if isinstance(error, OffsetOutOfRange):
+                if state.buffered():
+                    # The fetch went ahead of records not handed out yet. As Kafka drops an
+                    # out-of-range answer for an offset that is not the position, those
+                    # records go out first; a fetch from where they end decides the reset.
+                    log.info("%s: %s; fetching again after the buffered records", state.tp,
+                             message)  # fmt: skip
+                    state.fetch_after_drain = True
+                    return
                 if self.auto_offset_reset == "none":
                     raise error
                 log.info("%s: %s; resetting to %s", state.tp, message, self.auto_offset_reset)
