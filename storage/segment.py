@@ -291,7 +291,7 @@ class Segment:
         """Yield (position, header, batch bytes) from ``position``, reading large chunks.
         Raises CorruptRecord at the first torn or corrupt batch (after yielding the ones
         before it)."""
-        check = rb.verify_batch if verify else rb.read_header
+        check = _verified if verify else rb.read_header
         end = self.size
         while position < end:
             chunk = memoryview(self.read_at(position, min(_SCAN_CHUNK, end - position)))
@@ -454,3 +454,10 @@ def _storage_error(action: str, path: str, e: OSError) -> KafkaStorageError:
         errno.EROFS: "mount the data disk read-write",
     }.get(e.errno, "check the data disk")
     return KafkaStorageError(f"cannot {action} {path}: {e.strerror}; {hint}")
+
+
+def _verified(buf, pos: int) -> rb.BatchHeader:
+    """``rb.verify_batch`` with the CRC checked before the codec: damage that flips a codec
+    bit on disk is a corrupt batch (the valid prefix is kept), not an unsupported codec."""
+    rb.verify_batch(buf, pos, check_codec=False)
+    return rb.read_header(buf, pos)
