@@ -220,3 +220,18 @@ def test_index_entry_pointing_at_another_batch_is_rebuilt(tmp_path):
     again = Log(directory, config)
     assert again.recovery_report.indexes_rebuilt
     assert read_all(again) == expected
+
+
+def test_a_tail_batch_whose_codec_bits_were_damaged_is_cut_as_corrupt(tmp_path):
+    """Damage that turns a batch's codec into one rafka does not know fails the batch's CRC:
+    recovery cuts it like any corrupt tail instead of refusing to load the log."""
+    directory = str(tmp_path / "t-0")
+    write_then_crash(directory, [3, 4], 0, seed=1)
+    path = active_log_file(directory)
+    (first_end, first_next), _ = batch_ends(path)
+    with open(path, "r+b") as f:
+        f.seek(first_end + rb.ATTRIBUTES_POS + 1)  # low byte of the attributes: the codec
+        f.write(bytes([2]))  # snappy, which rafka does not support
+    log = Log(directory, LogConfig.from_dict(CONFIG), FakeClock())
+    assert log.log_end_offset == first_next
+    log.close()
