@@ -42,9 +42,12 @@ class ExpiryMixin:
                     f"{self.config.request_timeout_ms}; the records may have been written"
                 ))  # fmt: skip
             elif any(delivery_expired(b, now, self.config) for b in sent.batches):
+                earlier = next((b.last_error for b in sent.batches if b.last_error), None)
                 self._post_request(sent, None, RequestTimedOut(
                     f"no answer from the leader of {where} within delivery_timeout_ms="
                     f"{self.config.delivery_timeout_ms} of the records' creation"
+                    + (f"; the attempt before failed with {type(earlier).__name__}: {earlier}"
+                       if earlier is not None else "")
                 ))  # fmt: skip
             elif check_leaders and now - sent.sent_at >= SUSPECT_AFTER_S:
                 try:

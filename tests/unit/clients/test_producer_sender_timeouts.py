@@ -98,3 +98,26 @@ def test_batches_in_flight_and_queued_fail_at_their_delivery_timeout(gateway, cl
     clock.advance(2.0)
     assert isinstance(queued.exception(timeout=10), RequestTimedOut)
     producer.close(timeout=10)
+
+
+def test_a_batch_expiring_while_an_attempt_is_out_names_the_refusal_before_it(gateway, clock):
+    """The leader refused the first attempt; the second is out when the delivery timeout
+    passes: the failure is RequestTimedOut (the second attempt's outcome is unknown) and it
+    says what the attempt before it was told."""
+    from rafka.errors import NotEnoughReplicas
+
+    gateway.refusal = NotEnoughReplicas("the ISR [1] is below min.insync.replicas=2 (injected)")
+    attempts = []
+
+    def script(request):
+        attempts.append(request)
+        return Action.REFUSE if len(attempts) == 1 else Action.HOLD
+
+    gateway.script = script
+    producer = make(gateway, clock, request_timeout_ms=60_000)
+    future = producer.send("t", value=b"v", partition=0)
+    gateway.wait_for(lambda: len(gateway.requests) == 2)
+    clock.advance(5.0)
+    error = future.exception(timeout=10)
+    assert isinstance(error, RequestTimedOut) and "NotEnoughReplicas" in str(error)
+    producer.close(timeout=10)
