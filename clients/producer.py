@@ -20,6 +20,7 @@ batches with no per-record Python objects, through the same sender, sequences an
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any, Callable, Sequence
@@ -49,6 +50,8 @@ from rafka.errors import (
 )
 from rafka.storage import record_batch as rb
 from rafka.types import RecordMetadata
+
+log = logging.getLogger(__name__)
 
 RECORD_OVERHEAD = 8  # bytes a record adds to a batch besides key and value (msgpack framing)
 
@@ -285,6 +288,11 @@ class Producer:
         before the call is acknowledged or failed; records other threads send meanwhile
         are sent at once but not waited for (as Kafka's flush). Raises RequestTimedOut if
         that takes longer than ``timeout`` seconds."""
+        if self._sender.is_current_thread():
+            raise IllegalState(
+                "flush() was called from a send callback: callbacks run on the producer's "
+                "sender thread, which flush() would wait for forever; flush from another thread"
+            )
         deadline = None if timeout is None else time.monotonic() + timeout
         acc = self._accumulator
         with self._lock:
@@ -303,19 +311,31 @@ class Producer:
                 acc.end_flush()
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop the sender. A send begun once close() has begun raises
-        IllegalState (no record is queued that the stopped sender would never send)."""
+        """Flush, then stop the sender, within ``timeout`` seconds in all (None: as long as
+        it takes). A send begun once close() has begun raises IllegalState (no record is
+        queued that the stopped sender would never send). If the timeout runs out, close
+        returns anyway (as Kafka's close does): the records still out complete through their
+        futures, by their answers or their delivery timeouts. Called from a send callback
+        (the sender's own thread), close waits for nothing, as Kafka's does there."""
         if self._accumulator.closed:
             return
         with self._lock:
             self._accumulator.begin_close()
+        own_thread = self._sender.is_current_thread()
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            self.flush(timeout)
+            if not own_thread:
+                self.flush(timeout)
+        except RequestTimedOut:
+            log.warning("producer closed after %s s with records still unacknowledged; "
+                        "their futures say how they end", timeout)  # fmt: skip
         finally:
             with self._lock:
                 self._accumulator.closed = True
                 self._accumulator.wake.notify_all()
-            self._sender.join(timeout)
+            if not own_thread:
+                self._sender.join(None if deadline is None
+                                  else max(0.0, deadline - time.monotonic()))  # fmt: skip
 
     def __enter__(self) -> "Producer":
         return self
@@ -357,6 +377,13 @@ def _check_headers(headers) -> list[tuple[str, bytes | None]]:
             ) from None
         if not isinstance(name, str):
             raise TypeError(f"header name must be str, got {type(name).__name__}: {name!r}")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise TypeError(
+                f"header name {name!r} cannot be encoded as UTF-8 ({e.reason}); "
+                "header names must be valid text"
+            ) from None
         if value is not None and not isinstance(value, BYTES_LIKE):
             raise TypeError(
                 f"header {name!r} value must be bytes or None, got {type(value).__name__}; "

@@ -43,11 +43,11 @@ class AnswersMixin:
         longer counts as in flight. Sender thread, lock not held."""
         retry_at = self._clock() + self.config.retry_backoff_ms / 1000
         for i, batch in enumerate(batches):
-            result = None
-            if error is None:
-                errno, message, base_offset, append_time = answer[3][i]
-                result = (errno, message, base_offset, append_time, answer[2])
             try:
+                result = None
+                if error is None:
+                    errno, message, base_offset, append_time = answer[3][i]
+                    result = (errno, message, base_offset, append_time, answer[2])
                 self._handle_answer(batch, result, error, reached, retry_at)
             except Exception as e:  # noqa: BLE001 - fail the batch, never the sender
                 log.exception("handling the answer for %s-%d failed", batch.topic, batch.partition)
@@ -161,13 +161,15 @@ class AnswersMixin:
 
     def _complete(self, batch: ProducerBatch, error: BaseException | None) -> None:
         batch.error = error
-        batch.done.set()
+        # Callbacks run before the futures (and flush) see the batch done, as in Kafka: code
+        # that counts acknowledgements in callbacks reads the count after flush().
         if batch.callbacks:
             for index, callback in batch.callbacks:
                 try:
                     callback(None if error else batch.metadata(index), error)
                 except Exception:  # a user callback must not stop the sender
                     log.exception("producer callback raised")
+        batch.done.set()
         batch.values = batch.keys = batch.headers = batch.encoded = batch.packed = None
         with self._lock:
             self._acc.release(batch)

@@ -83,6 +83,10 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    def is_current_thread(self) -> bool:
+        """True on the sender's own thread (in a send callback)."""
+        return threading.current_thread() is self._thread
+
     # -- the loop ------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -129,8 +133,11 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
         the queues) notifies ``wake``. A queue that cannot send (at its in-flight limit, or
         waiting for answers) sets no deadline: an answer wakes the sender. Lock held."""
         now = self._clock()
-        lingers = [b.created + self.config.linger_ms / 1000 for b in self._acc.open.values()]
-        if lingers and min(lingers) <= now:
+        linger = self.config.linger_ms / 1000
+        lingers = [b.created + linger for b in self._acc.open.values()]
+        # The same comparison as ``seal_lingering`` (not ``created + linger <= now``, which
+        # rounds differently): a batch this calls due is one the next pass seals.
+        if any(now - b.created >= linger for b in self._acc.open.values()):
             return 0.0  # a linger that ran out since the last pass: the next pass seals it
         deadlines = lingers + self._expiry_deadlines(now)
         for queue in self._queues.values():

@@ -63,9 +63,25 @@ def test_a_request_that_raises_a_non_rafka_error_fails_alone_and_the_sender_live
     assert not producer._sender._thread.is_alive()
 
 
-def test_a_header_name_that_cannot_be_encoded_fails_its_batch_as_an_invalid_record(gateway):
+def test_a_batch_that_cannot_be_encoded_fails_as_an_invalid_record_and_the_sender_lives_on(
+    gateway, monkeypatch
+):
+    """``send`` refuses header names that are not valid text; a batch that still cannot be
+    encoded on the sender thread fails alone, as InvalidRecord, and later records go out."""
+    from rafka.storage import record_batch
+
     producer = make(gateway)
-    bad = producer.send("t", value=b"x", partition=0, headers=[("\ud800", b"v")])
+    real = record_batch.encode_batch
+    broken = []
+
+    def encode_batch(*args, **kwargs):
+        if not broken:
+            broken.append(1)
+            raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(record_batch, "encode_batch", encode_batch)
+    bad = producer.send("t", value=b"x", partition=0)
     assert isinstance(bad.exception(timeout=10), InvalidRecord)
     good = producer.send("t", value=b"y", partition=0)
     assert good.result(timeout=10).offset == 0
