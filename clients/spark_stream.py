@@ -220,6 +220,8 @@ class TopicStream:
             self._thread.join(timeout_s)
             if not self._thread.is_alive():
                 self._thread = None
+                # The loop is over: process_available() and run_once() work again.
+                self._stopping = threading.Event()
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait for the stream to end; re-raises the exception that ended it. Returns whether

@@ -184,3 +184,14 @@ def test_run_once_beside_a_running_loop_never_repeats_a_batch_id():
     beside.join(10)
     stream.stop(10)
     assert seen == [0]
+
+
+def test_process_available_after_a_stopped_loop_processes_the_backlog():
+    cluster = FakeCluster([0, 0])
+    seen: list = []
+    stream = TopicStream(None, cluster, TOPIC, "g", collecting(seen), starting_offsets="earliest")
+    stream.start()
+    stream.stop()
+    cluster.high_watermarks = [3, 2]
+    assert stream.process_available() >= 1
+    assert cluster.offsets() == {0: 3, 1: 2}
