@@ -29,7 +29,6 @@ from rafka.actors.controller_core import (
 from rafka.actors.partition_changes import PartitionChanges
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
-from rafka.cluster.metadata import NO_LEADER
 from rafka.cluster.settings import setting
 
 
@@ -89,18 +88,11 @@ class BrokerWatch:
                 return []
             return [{"type": "fenced", "broker_id": broker_id, "fenced": False}]
 
-        # Only where no leader is, or the leader's broker is fenced: a leader whose broker
-        # this controller has not heard yet (it just started) keeps leading; if that broker
-        # is gone, its fencing moves the leadership.
-        await self.changes.change(
-            lambda topic, p: elections.elect_if_leaderless(
-                p, core.electable(topic.topic_id, p.partition), unclean_election_enabled(topic),
-                min_insync_replicas(topic),
-            ) if broker_id in p.replicas and (
-                p.leader == NO_LEADER or not core.liveness.is_live(p.leader)
-            ) else None,
-            before=unfence,
-        )  # fmt: skip
+        # Never over a leader whose broker this controller has not heard yet (it just
+        # started): if that broker is gone, its fencing moves the leadership.
+        await self.changes.elect_where_leaderless(
+            only=core.image.replicas_on(broker_id), before=unfence
+        )
         hosted = core.image.replicas_on(broker_id)
         for topic, p in hosted:
             # What it missed while fenced (pushes went only to live brokers), such as

@@ -112,13 +112,14 @@ class PartitionChanges:
         for b in removed:
             self.core.spawn(calls.delete_replica(topic, old, b))
 
-    async def elect_where_leaderless(self, only=None) -> int:
+    async def elect_where_leaderless(self, only=None, before=None) -> int:
         """Elect a leader for every partition (of ``only``'s (topic, partition) pairs) that
         has none, or whose leader's broker speaks but whose leader replica was never seen
         running there (its actor could not be started), from the replicas that may lead
         now: after replica actors were created (a replica is electable once it runs where
         its broker runs). A leader whose broker has not spoken since this controller started
-        keeps leading, and so does one whose actor is being started right now."""
+        keeps leading, and so does one whose actor is being started right now. ``before``:
+        as for ``change``."""
         core, calls = self.core, self.calls
 
         def decide_one(t: TopicState, q: PartitionState) -> PartitionState | None:
@@ -133,7 +134,7 @@ class PartitionChanges:
                 min_insync_replicas(t),
             )
 
-        return await self.change(decide_one, only=only)
+        return await self.change(decide_one, only=only, before=before)
 
     async def _create_added(self, topic: TopicState, p: PartitionState, added: list[int]):
         """Start the replicas a reassignment adds; one that cannot be started now (the

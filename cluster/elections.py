@@ -360,14 +360,7 @@ def complete_reassignment(
     isr = [b for b in p.isr if b in target]
     if not isr:
         return None  # no target replica in sync yet
-    candidate = replace(
-        p, replicas=target, isr=isr, adding=[], removing=[],
-        leader=p.leader if p.leader in target else NO_LEADER,
-        elr=[b for b in p.elr if b in target],
-        unclean_logs={b: v for b, v in p.unclean_logs.items() if b in target},
-    )  # fmt: skip
-    fields = _elected(candidate, live, unclean, min_isr)
-    return _with(p, replicas=target, adding=[], removing=[], **fields)
+    return _settled_on(p, target, live, unclean, min_isr)
 
 
 def cancel_reassignment(
@@ -391,11 +384,20 @@ def cancel_reassignment(
             f"partition {p.partition} cannot go back to {original}: none of them is in sync "
             f"(ISR {p.isr}); let the reassignment finish, then reassign again"
         )
+    return _settled_on(p, original, live, unclean, min_isr)
+
+
+def _settled_on(
+    p: PartitionState, replicas: list[int], live: Collection[int], unclean: bool, min_isr: int
+) -> PartitionState:
+    """``p`` with its reassignment over and ``replicas`` as its replica set (the target when
+    it completes, the original when it is cancelled): the others leave the ISR, the eligible
+    replicas and the unclean marks, and a leader among them gives way."""
     candidate = replace(
-        p, replicas=original, isr=isr, adding=[], removing=[],
-        leader=p.leader if p.leader in original else NO_LEADER,
-        elr=[b for b in p.elr if b in original],
-        unclean_logs={b: v for b, v in p.unclean_logs.items() if b in original},
+        p, replicas=replicas, isr=[b for b in p.isr if b in replicas], adding=[], removing=[],
+        leader=p.leader if p.leader in replicas else NO_LEADER,
+        elr=[b for b in p.elr if b in replicas],
+        unclean_logs={b: v for b, v in p.unclean_logs.items() if b in replicas},
     )  # fmt: skip
     fields = _elected(candidate, live, unclean, min_isr)
-    return _with(p, replicas=original, adding=[], removing=[], **fields)
+    return _with(p, replicas=replicas, adding=[], removing=[], **fields)

@@ -301,6 +301,29 @@ class ControllerProcess:
                 await self.brokers.heartbeat(broker.disk, broker_id, None, node_of(broker_id))
 
 
+def differences(registry: Registry, image) -> list[str]:
+    """How the replica actors differ from the metadata ``image``: actors that should run and
+    do not (or run and should not), and replicas holding another leader or other epochs than
+    their partition's. Empty when they agree."""
+    wanted = {
+        (topic.topic_id, p.partition, b): p
+        for topic in image.topics.values() for p in topic.partitions.values() for b in p.replicas
+    }  # fmt: skip
+    running = registry.replicas()
+    if set(running) != set(wanted):
+        return [f"replica actors {sorted(set(running) ^ set(wanted))} differ from the metadata"]
+    out = []
+    for key, p in wanted.items():
+        s = running[key].state
+        if (s["leader"], s["leader_epoch"], s["partition_epoch"]) != (
+            p.leader, p.leader_epoch, p.partition_epoch
+        ):
+            out.append(f"replica {key} holds leader {s['leader']} epochs {s['leader_epoch']}/"
+                       f"{s['partition_epoch']}, the metadata {p.leader} {p.leader_epoch}/"
+                       f"{p.partition_epoch}")  # fmt: skip
+    return out
+
+
 async def settle(process: ControllerProcess, rounds: int = 5) -> None:
     """Let background tasks run and queued pushes arrive."""
     for _ in range(rounds):

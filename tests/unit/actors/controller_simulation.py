@@ -29,7 +29,13 @@ import random
 from collections import Counter
 
 from rafka.errors import InvalidRecord, RafkaError
-from tests.unit.actors.controller_fakes import ControllerProcess, ProcessDied, Registry, node_of
+from tests.unit.actors.controller_fakes import (
+    ControllerProcess,
+    ProcessDied,
+    Registry,
+    differences,
+    node_of,
+)
 
 DISKS = ["d0", "d1", "d2", "d3"]
 NAMES = ["a", "b", "c"]
@@ -265,25 +271,9 @@ class ControllerSimulation:
             await self.collect()
             process = self.process
         await self.check()
-        wanted = {}
-        for topic in process.image.topics.values():
-            for p in topic.partitions.values():
-                for b in p.replicas:
-                    wanted[(topic.topic_id, p.partition, b)] = p
-        running = self.registry.replicas()
-        if set(running) != set(wanted):
-            raise self.failure(4, f"replica actors {sorted(set(running) ^ set(wanted))} differ "
-                                  "from the metadata")  # fmt: skip
-        for key, p in wanted.items():
-            s = running[key].state
-            if (s["leader"], s["leader_epoch"], s["partition_epoch"]) != (
-                p.leader, p.leader_epoch, p.partition_epoch
-            ):
-                raise self.failure(4, (
-                    f"replica {key} holds leader {s['leader']} epochs {s['leader_epoch']}/"
-                    f"{s['partition_epoch']}, the metadata {p.leader} {p.leader_epoch}/"
-                    f"{p.partition_epoch}"
-                ))
+        found = differences(self.registry, process.image)
+        if found:
+            raise self.failure(4, found[0])
 
     # -- reporting -----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from rafka.errors import (
 )
 from tests.unit.actors.controller_fakes import (
     ControllerProcess,
+    differences,
     node_of,
     ProcessDied,
     Registry,
@@ -83,17 +84,7 @@ async def create(process: ControllerProcess, name: str, partitions: int = 1, rf:
 def assert_replicas_match_metadata(cluster: Cluster, process: ControllerProcess) -> None:
     """Every replica the metadata names runs and holds its partition's state (leader and
     epochs); no replica actor runs that the metadata does not name."""
-    wanted = {}
-    for topic in process.image.topics.values():
-        for p in topic.partitions.values():
-            for b in p.replicas:
-                wanted[(topic.topic_id, p.partition, b)] = p
-    running = cluster.registry.replicas()
-    assert set(running) == set(wanted)
-    for key, p in wanted.items():
-        s = running[key].state
-        assert (s["leader"], s["leader_epoch"], s["partition_epoch"]) == (
-            p.leader, p.leader_epoch, p.partition_epoch), key
+    assert differences(cluster.registry, process.image) == []
 
 
 # -- decisions on current state ---------------------------------------------------------------

@@ -148,6 +148,13 @@ class FakeGateway:
             offset = next_offset
         return out
 
+    def shut(self) -> None:
+        """End a test: answer and release everything held, then close the logs (a
+        producer still closing gets its answers)."""
+        self.script = lambda request: Action.ANSWER
+        self.release_held()
+        self.close()
+
     def close(self) -> None:
         for log in self.logs:
             log.close()

@@ -30,9 +30,7 @@ def small(i: int) -> bytes:
 def gateway(tmp_path):
     g = FakeGateway(tmp_path, partitions=2, topic_config={"max.message.bytes": 1000})
     yield g
-    g.script = lambda request: Action.ANSWER
-    g.release_held()
-    g.close()
+    g.shut()
 
 
 @pytest.fixture

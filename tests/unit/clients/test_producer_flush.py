@@ -19,9 +19,7 @@ from .fake_leader import Action, FakeGateway
 def gateway(tmp_path):
     g = FakeGateway(tmp_path, partitions=2)
     yield g
-    g.script = lambda request: Action.ANSWER
-    g.release_held()
-    g.close()
+    g.shut()
 
 
 def wait_until(predicate, what: str, timeout: float = 10.0) -> None:

@@ -20,9 +20,7 @@ from .fake_leader import Action, FakeGateway, ManualClock
 def gateway(tmp_path):
     g = FakeGateway(tmp_path, partitions=2, topic_config={"max.message.bytes": 1000})
     yield g
-    g.script = lambda request: Action.ANSWER
-    g.release_held()
-    g.close()
+    g.shut()
 
 
 def make(gateway, metadata=None, **settings) -> Producer:

@@ -16,9 +16,7 @@ from .fake_leader import Action, FakeGateway
 def gateway(tmp_path):
     g = FakeGateway(tmp_path, partitions=1)
     yield g
-    g.script = lambda request: Action.ANSWER
-    g.release_held()
-    g.close()
+    g.shut()
 
 
 def plain_producer(gateway, **settings) -> Producer:

@@ -19,9 +19,7 @@ from .fake_leader import Action, FakeGateway, ManualClock
 def gateway(tmp_path):
     g = FakeGateway(tmp_path, partitions=2)
     yield g
-    g.script = lambda request: Action.ANSWER
-    g.release_held()
-    g.close()
+    g.shut()
 
 
 @pytest.fixture
