@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from typing import Any
 
@@ -36,19 +37,35 @@ log = logging.getLogger(__name__)
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
+# The environment variable through which Ray (``ray.init``, ``ray start``) takes an address.
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+# How long the check that a Ray instance answers waits for its port to accept a connection.
+PROBE_TIMEOUT_S = 2.0
+# Port of the Ray client server when a ``ray://`` address gives none (Ray's default).
+RAY_CLIENT_PORT = 10001
+
+
 def ensure_ray(address: str | None, namespace: str, embedded_disk: str = DEFAULT_DISK) -> bool:
     """Connect this process to Ray. With ``address`` None, attach to Ray if this process is
-    already connected, else start a local Ray instance whose node offers one data disk.
-    Returns True when this call started a new local instance."""
+    already connected, else to the instance ``ray.init()`` would find (``RAY_ADDRESS``, else
+    the address file of the last ``ray start`` on this machine), else start a local Ray
+    instance whose node offers one data disk; an address file that names an instance which
+    has stopped is ignored with a warning. A given address, or ``RAY_ADDRESS``, must answer:
+    BrokerNotAvailable within seconds if it does not (Ray itself would wait for minutes).
+    The address file is ``ray_current_cluster`` in Ray's temporary directory (``/tmp/ray``,
+    or ``$RAY_TMPDIR/ray``). Returns True when this call started a new local instance."""
     if ray.is_initialized():
         return False
     os.environ.setdefault(AUTH_MODE_ENV, "disabled")
     if address is None:
         address = _running_local_ray()
+    else:
+        address = check_ray_answers(address)
     if address is not None:
         ray.init(address=address, namespace=namespace, logging_level=logging.WARNING)
         return False
     ray.init(
+        address="local",  # a new instance, never the one a stale address file names
         namespace=namespace,
         resources={DISK_RESOURCE: 1},
         labels={DISK_LABEL: check_disk_name(embedded_disk)},
@@ -58,15 +75,121 @@ def ensure_ray(address: str | None, namespace: str, embedded_disk: str = DEFAULT
     return True
 
 
-def _running_local_ray() -> str | None:
-    """Address of a Ray instance already running on this machine (``rafka up`` or ``ray
-    start``), found the way ``ray.init()`` finds one; None when there is none."""
-    from ray._private.services import canonicalize_bootstrap_address
+_stale_warned: set[tuple[str, str]] = set()
 
+
+def _running_local_ray(temp_dir: str | None = None) -> str | None:
+    """Address of the Ray instance ``ray.init()`` would attach to: ``RAY_ADDRESS`` (which must
+    answer, else BrokerNotAvailable), else the one running on this machine (``rafka up`` or
+    ``ray start``) named by its address file. None when there is none, or when the address
+    file names an instance that does not answer (it was killed or the machine restarted, and
+    the file stayed): a warning says so, and the caller starts its own. ``temp_dir``: Ray's
+    temporary directory, which holds the address file (default Ray's: /tmp/ray, or
+    $RAY_TMPDIR/ray)."""
+    if os.environ.get(RAY_ADDRESS_ENV):
+        return check_ray_answers(None, temp_dir)
     try:
-        return canonicalize_bootstrap_address(None)
-    except Exception:  # no instance, or several without a latest one: start our own
+        found, address_file, _ = _ray_address_lookup(None, temp_dir)
+    except Exception:  # an address Ray cannot use either: start our own
         return None
+    if found is None or ray_answers(found):
+        return found
+    if (found, address_file) in _stale_warned:  # once per process (the CLI asks twice)
+        return None
+    _stale_warned.add((found, address_file))
+    log.warning(
+        "the Ray instance at %s named by %s does not answer (it has stopped and left its "
+        "address file behind): starting a new local Ray instance instead; delete that file, "
+        "or start Ray again with `rafka up`, to stop this warning",
+        found, address_file,
+    )  # fmt: skip
+    return None
+
+
+def check_ray_answers(address: str | None, temp_dir: str | None = None) -> str | None:
+    """The address ``ray.init(address)`` would connect to, after checking that a Ray instance
+    answers there: BrokerNotAvailable, within ``PROBE_TIMEOUT_S``, saying where the address
+    came from and what to do when it does not (``ray.init`` would wait for minutes). None
+    when ``ray.init`` would start a new local instance (address "local"). ``temp_dir`` as
+    for ``_running_local_ray``."""
+    given = address
+    from_env = bool(os.environ.get(RAY_ADDRESS_ENV)) and address in (None, "auto")
+    if from_env:
+        address = os.environ[RAY_ADDRESS_ENV]
+    named_by = f", named by the {RAY_ADDRESS_ENV} environment variable," if from_env else ""
+    try:
+        found, address_file, file_address = _ray_address_lookup(address, temp_dir)
+    except ConnectionError:  # "auto" and nothing recorded or running on this machine
+        raise BrokerNotAvailable(
+            f"no Ray instance runs on this machine to join with address={address!r}"
+            f"{named_by.rstrip(',')}; start one (`rafka up`, or `ray start --head`), give "
+            "the address of a running one, or connect without an address to start an "
+            "embedded one"
+        ) from None
+    if found is None or ray_answers(found):
+        return found
+    if address in (None, "auto") and found == file_address:
+        named_by = (
+            f", named by the address file {address_file} (written by the last `ray start` "
+            "on this machine),"
+        )
+        fix = (
+            "it has stopped and left that file behind; start it again (`rafka up`, or "
+            f"`ray start --head`), or delete the stale file {address_file}"
+        )
+    else:
+        fix = "start it (`rafka up`, or `ray start --head` on that host)"
+        if from_env:
+            fix += f", or unset {RAY_ADDRESS_ENV}"
+    asked = f" (address {given!r})" if given not in (None, found) else ""
+    raise BrokerNotAvailable(
+        f"the Ray instance at {found}{asked}{named_by} does not answer (no connection within "
+        f"{PROBE_TIMEOUT_S:g} s): {fix}, or pass the address of a running Ray cluster"
+    )
+
+
+def ray_answers(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """True when something accepts a TCP connection at the Ray address (``host:port`` of the
+    GCS, or ``ray://host:port`` of the Ray client server) within ``timeout_s``. A refused
+    connection (nothing listens: the instance has stopped) answers False at once."""
+    client = address.startswith("ray://")
+    hostport = address[len("ray://") :] if client else address
+    hostport = hostport.split("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or "]" in port:  # no port, or an IPv6 host without one
+        host, port = hostport, str(RAY_CLIENT_PORT) if client else ""
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _ray_address_lookup(
+    address: str | None, temp_dir: str | None
+) -> tuple[str | None, str, str | None]:
+    """(the address ``ray.init(address)`` would connect to, or None for a new local instance;
+    the path of Ray's address file; the address in it, or None). Ray has no public way to
+    resolve an address as ``ray.init`` does (RAY_ADDRESS, then the address file of the last
+    ``ray start``, then for "auto" a GCS process running here), so this one function uses
+    its private helpers, and only this one. Raises ConnectionError when "auto" finds no
+    instance, and ValueError for an address Ray cannot parse. A ``ray://`` address is
+    returned as it is (the Ray client connects to it)."""
+    from ray._common.utils import get_ray_address_file
+    from ray._private.services import canonicalize_bootstrap_address
+    from ray._private.utils import read_ray_address
+
+    address_file = get_ray_address_file(temp_dir)
+    file_address = read_ray_address(temp_dir)
+    if file_address:
+        try:
+            file_address = canonicalize_bootstrap_address(file_address, temp_dir)
+        except Exception:
+            pass
+    if address is not None and "://" in address:
+        return address, address_file, file_address
+    return canonicalize_bootstrap_address(address, temp_dir), address_file, file_address
 
 
 def live_disks() -> list[str]:

@@ -89,6 +89,8 @@ def _attach(namespace: str, address: str | None) -> Cluster:
     import ray
 
     if not ray.is_initialized():
+        # Fail at once, not after Ray's minutes of retrying, when that Ray has stopped.
+        service.check_ray_answers(address or "auto")
         ray.init(address=address or "auto", namespace=namespace)
     return Cluster(namespace, address)
 
@@ -114,6 +116,14 @@ def connect(
     property names listed in ``rafka.cluster.settings``) applies when the services start;
     the metadata log keeps the settings, so a later start without them keeps them. Settings
     given to running services that differ from the ones they run with raise InvalidConfig.
+
+    A Ray instance that has stopped (killed, or the machine restarted) leaves its address
+    file behind (``/tmp/ray/ray_current_cluster``, or ``$RAY_TMPDIR/ray/...``). With no
+    ``address``, a file whose instance does not answer is ignored with a warning and a new
+    local instance is started. A Ray address that does not answer, given here or in the
+    ``RAY_ADDRESS`` environment variable (or found in that file for "auto"), raises
+    BrokerNotAvailable within seconds, naming the address and what to do (start that Ray,
+    delete the stale file, or pass another address), where Ray itself would wait for minutes.
     """
     cluster_settings = validate_settings(settings)
     if auto_create_topics is not None:
