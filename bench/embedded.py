@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 
-def start_embedded(data_dir: Path, namespace: str):
+def start_embedded(data_dir: Path, namespace: str, settings: dict[str, Any] | None = None):
     """Start a local Ray instance whose node offers one disk, wipe ``data_dir`` and start
-    rafka's services there. Returns the Cluster; ``cluster.shutdown()`` and
-    ``ray.shutdown()`` end it."""
+    rafka's services there, with the cluster ``settings`` (``rafka.connect``'s) if given.
+    Returns the Cluster; ``cluster.shutdown()`` and ``ray.shutdown()`` end it."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
@@ -22,4 +23,4 @@ def start_embedded(data_dir: Path, namespace: str):
         address="local", resources={DISK_RESOURCE: 1}, labels={DISK_LABEL: DEFAULT_DISK},
         include_dashboard=False, namespace=namespace, logging_level="WARNING",
     )  # fmt: skip
-    return rafka.connect(data_dir=str(data_dir), namespace=namespace)
+    return rafka.connect(data_dir=str(data_dir), namespace=namespace, settings=settings)

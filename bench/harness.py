@@ -5,6 +5,7 @@ JSON and a PNG chart.
 the named workloads (all of them when none is named) in the order of ``WORKLOADS``:
 
   storage      log append / read next to the raw disk (baseline: raw write / read)
+  scale        replicas one per actor and packed: time to writable, memory, idle CPU
   produce      one producer, one partition, 100-byte values, acks=1          (with the peer)
   consume      one consumer reading a one-partition topic from the beginning  (with the peer)
   latency      end-to-end p50/p99/p99.9 at a fixed offered rate, acks=1        (with the peer)
@@ -26,7 +27,8 @@ baselines instead.
 Workloads that run on one embedded Ray node (produce, consume, latency, group, spark) share one
 rafka instance, each with topics of its own that it deletes; produce-all, failover and
 controller share one ``LocalCluster`` of three disk nodes, started after the embedded instance
-is shut down.
+is shut down. scale starts (and stops) rafka instances of its own, one after the other, before
+the shared ones: its cluster settings differ from theirs.
 
 Every workload writes ``<results-dir>/<workload>.json`` (the machine, the command line, every
 argument, the summary rows and the workload's full report); the run writes
@@ -79,6 +81,8 @@ WORKLOADS: dict[str, Workload] = {
     for w in (
         Workload("storage", "bench.storage", "workload",
                  "log append and read vs the raw disk", "none", False),
+        Workload("scale", "bench.scale", "workload",
+                 "replicas one per actor vs packed: writable, memory, idle CPU", "none", False),
         Workload("produce", "bench.clients", "produce_workload",
                  "one producer, one partition, acks=1", "embedded", True),
         Workload("consume", "bench.clients", "consume_workload",
@@ -100,12 +104,12 @@ WORKLOADS: dict[str, Workload] = {
 }
 ALIASES = {"clients": ("produce", "consume"), "groups": ("group",), "all": tuple(WORKLOADS)}
 #: Modules with options (``add_arguments``) and tiny sizes (``TINY``), in the help's order.
-OPTION_MODULES = ("bench.storage", "bench.clients", "bench.latency", "bench.groups",
-                  "bench.spark", "bench.failover", "bench.controller")  # fmt: skip
+OPTION_MODULES = ("bench.storage", "bench.scale", "bench.clients", "bench.latency",
+                  "bench.groups", "bench.spark", "bench.failover", "bench.controller")  # fmt: skip
 OPTION_TITLES = {
-    "bench.storage": "storage", "bench.clients": "produce and consume", "bench.latency": "latency",
-    "bench.groups": "group", "bench.spark": "spark", "bench.failover": "produce-all and failover",
-    "bench.controller": "controller",
+    "bench.storage": "storage", "bench.scale": "scale", "bench.clients": "produce and consume",
+    "bench.latency": "latency", "bench.groups": "group", "bench.spark": "spark",
+    "bench.failover": "produce-all and failover", "bench.controller": "controller",
 }  # fmt: skip
 
 
