@@ -24,13 +24,20 @@ from typing import Any
 from rafka.actors.controller_core import ControllerCore
 from rafka.actors.placement import agent_name, replica_name
 from rafka.actors.ray_actors import ActorDied, RayActors
-from rafka.cluster import node_restarts
+from rafka.cluster import hosting, node_restarts
+from rafka.cluster.hosting import NO_HOST, slots_of
 from rafka.cluster.metadata import PartitionState, TopicState
+from rafka.cluster.settings import setting
 from rafka.errors import BrokerNotAvailable
 
 #: Cluster settings the replicas need (Kafka's broker property names).
 REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
                     "replica.fetch.max.bytes")  # fmt: skip
+
+
+#: What of a replica's state may change while its actor starts (the pushes of those changes
+#: found no actor): compared with what it was created with once it runs.
+CHANGES_WHILE_STARTING = ("leader_epoch", "partition_epoch", "config", "hosts")
 
 
 class BrokerCalls:
@@ -42,6 +49,12 @@ class BrokerCalls:
         self._agents: dict[int, Any] = {}
         self._replicas: dict[str, Any] = {}
         self._name_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, users)
+        self._pushes: list[tuple[Any, dict]] = []  # state pushes of this event-loop turn
+        # Replicas seen running (started by an ensure, or listed by their agent); a replica
+        # the metadata names that is not here is still starting.
+        self.running: set[tuple[str, int, int]] = set()
+        # Replicas of new topics and partitions whose start is queued (see ``starting``).
+        self.awaiting_start: set[tuple[str, int, int]] = set()
 
     # -- node agents ---------------------------------------------------------------------------
 
@@ -124,11 +137,15 @@ class BrokerCalls:
     # -- replicas ------------------------------------------------------------------------------
 
     def replica(self, topic_id: str, partition: int, broker_id: int):
-        """The replica actor of one partition on ``broker_id``; None when it does not run."""
+        """The handle of one partition's replica on ``broker_id`` (reached through its host
+        actor); None when it has no host yet or its host does not run."""
         name = replica_name(topic_id, partition, broker_id)
         handle = self._replicas.get(name)
         if handle is None:
-            handle = self.actors.find(name)
+            slot = self.core.image.hosts.get((topic_id, partition, broker_id))
+            if slot is None:
+                return None
+            handle = self.actors.replica(topic_id, partition, broker_id, slot)
             if handle is not None:
                 self._replicas[name] = handle
         return handle
@@ -145,6 +162,7 @@ class BrokerCalls:
             "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
             "adding": p.adding, "removing": p.removing, "config": topic.config,
             "topic_created_at": topic.created_at,
+            "hosts": slots_of(self.core.image, topic.topic_id, p.partition, p.replicas),
             "controller_epoch": self.core.image.controller_epoch,
             "settings": {k: settings[k] for k in REPLICA_SETTINGS if k in settings},
         }  # fmt: skip
@@ -173,8 +191,10 @@ class BrokerCalls:
         return p is not None and broker_id in p.replicas
 
     def starting(self, topic_id: str, partition: int, broker_id: int) -> bool:
-        """True while this replica's actor is being created or deleted."""
-        return replica_name(topic_id, partition, broker_id) in self._name_locks
+        """True while this replica is waiting to be started (its topic or partition was
+        just created), or is being created or deleted."""
+        return ((topic_id, partition, broker_id) in self.awaiting_start
+                or replica_name(topic_id, partition, broker_id) in self._name_locks)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def _replicas_held(self, states: list[dict]):
@@ -214,6 +234,7 @@ class BrokerCalls:
         by_broker = {b: states for b, states in by_broker.items() if states}
         if not by_broker:
             return {}
+        self.place(by_broker)
         epoch = self.core.reserve_replica_epoch()
         outcomes = await asyncio.gather(
             *(self._ensure_on(b, states, epoch) for b, states in by_broker.items()),
@@ -224,11 +245,31 @@ class BrokerCalls:
             self.core.logger.warning("could not start replicas of broker %d: %r", b, error)
         return failed
 
+    def place(self, by_broker: dict[int, list[dict]]) -> None:
+        """Give every replica of ``by_broker`` (of every broker at once, so each state
+        carries the hosts of its partition's other replicas too) a host, recorded."""
+        image = self.core.image
+        keys = [(s["topic_id"], s["partition"], b) for b, states in by_broker.items()
+                for s in states if (s["topic_id"], s["partition"], b) not in image.hosts
+                and self.names_a_replica(s["topic_id"], s["partition"], b)]  # fmt: skip
+        if keys:
+            per_actor = setting(self.core.settings, "replicas.per.actor")
+            self.core.store.append(hosting.place(image, keys, per_actor))
+        for b, states in by_broker.items():
+            for i, s in enumerate(states):
+                topic = image.topics.get(s["topic_id"])
+                p = topic.partitions.get(s["partition"]) if topic is not None else None
+                if p is not None and b in p.replicas:
+                    states[i] = {**s, "hosts": slots_of(image, topic.topic_id, p.partition,
+                                                        p.replicas),
+                                 "host": image.hosts[(topic.topic_id, p.partition, b)]}
+
     async def _ensure_on(self, broker_id: int, states: list[dict], epoch: int) -> None:
         """``ensure`` on one broker, holding only that broker's replica names."""
         async with self._replicas_held(states):
             states = [{**s, "replica_epoch": epoch} for s in states
-                      if self.names_a_replica(s["topic_id"], s["partition"], broker_id)]
+                      if "host" in s
+                      and self.names_a_replica(s["topic_id"], s["partition"], broker_id)]
             if not states:
                 return
             for s in states:  # a cached handle may be of an earlier actor of that name
@@ -237,6 +278,7 @@ class BrokerCalls:
         # Replicas running with their logs (created empty, or checked in) are where they run;
         # one still waiting to check in ("starting") is not vouched for here.
         started = [d for d in described if "error" not in d]
+        self.running.update((d["topic_id"], d["partition"], broker_id) for d in started)
         by_node: dict[str, list] = {}
         for d in started:
             if d.get("node_id") and d.get("role") != "starting":
@@ -252,11 +294,11 @@ class BrokerCalls:
             s = sent.get((d["topic_id"], d["partition"]))
             topic = self.core.image.topics.get(d["topic_id"])
             p = topic.partitions.get(d["partition"]) if topic is not None else None
-            if s is not None and p is not None and broker_id in p.replicas and (
-                p.leader_epoch, p.partition_epoch) != (s["leader_epoch"], s["partition_epoch"]
-            ):  # fmt: skip
-                self.tell(topic.topic_id, p.partition, broker_id,
-                          self.replica_state(topic, p, broker_id))  # fmt: skip
+            if s is None or p is None or broker_id not in p.replicas:
+                continue
+            now = self.replica_state(topic, p, broker_id)
+            if any(now[k] != s.get(k) for k in CHANGES_WHILE_STARTING):
+                self.tell(topic.topic_id, p.partition, broker_id, now)
         errors = [d["error"] for d in described if "error" in d]
         if errors:
             raise BrokerNotAvailable(
@@ -264,13 +306,23 @@ class BrokerCalls:
             )
 
     def tell(self, topic_id: str, partition: int, broker_id: int, state: dict) -> None:
-        """Send ``state`` (whole, or a config change) to one replica without waiting; its
-        cached handle is dropped if the actor turns out to be gone."""
+        """Send the whole ``state`` to one replica without waiting. Pushes made in one turn
+        of the event loop go out together, one call per host actor; a cached handle is
+        dropped if its host turns out to be gone."""
         handle = self.replica(topic_id, partition, broker_id)
-        if handle is not None:
-            self.actors.send(handle, "update_state", state, on_failure=lambda: (
-                self.forget_replica(topic_id, partition, broker_id)
-            ))  # fmt: skip
+        if handle is None:
+            return
+        if not self._pushes:
+            asyncio.get_running_loop().call_soon(self._send_pushes)
+        self._pushes.append((handle, state))
+
+    def _send_pushes(self) -> None:
+        pushes, self._pushes = self._pushes, []
+
+        def gone(state: dict) -> None:
+            self.forget_replica(state["topic_id"], state["partition"], state["broker_id"])
+
+        self.actors.push_states(pushes, on_failure=gone)
 
     def push_state(self, topic: TopicState, p: PartitionState) -> None:
         """Send the partition's state to every live replica, without waiting: a replica that
@@ -318,6 +370,7 @@ class BrokerCalls:
                 return 0
             for s in states:
                 self.forget_replica(s["topic_id"], s["partition"], broker_id)
+                self.running.discard((s["topic_id"], s["partition"], broker_id))
             try:
                 return await self.call_agent(broker_id, "delete_replicas", states)
             except BrokerNotAvailable as e:
@@ -326,5 +379,32 @@ class BrokerCalls:
                 return 0
 
     async def replica_names(self) -> set[str]:
-        """Names of every replica actor that exists (alive or restarting)."""
-        return await self.actors.replica_names()
+        """Names (``replica_name``) of every replica held by a host actor that exists
+        (alive or restarting), asked of the live brokers' agents; what they answer is also
+        the set of replicas known to run."""
+        live = self.live_brokers()
+        answers = await asyncio.gather(
+            *(self.call_agent(b, "hosted", patience_s=5.0) for b in live),
+            return_exceptions=True,
+        )
+        names: set[str] = set()
+        for broker_id, answer in zip(live, answers):
+            if isinstance(answer, BaseException):
+                continue
+            keys = {(t, p, b) for t, p, b in answer}
+            self.running = {k for k in self.running if k[2] != broker_id} | keys
+            names.update(replica_name(*k) for k in keys)
+        return names
+
+    def running_hosts(self, topic_id: str, p: PartitionState) -> list[int]:
+        """The host slot of each of ``p``'s replicas, NO_HOST for one not known to run yet
+        (clients are told its partition is not available until it runs)."""
+        image = self.core.image
+        return [image.hosts.get((topic_id, p.partition, b), NO_HOST)
+                if (topic_id, p.partition, b) in self.running else NO_HOST
+                for b in p.replicas]  # fmt: skip
+
+    def starting_replicas(self, topic_id: str, p: PartitionState) -> list[int]:
+        """The brokers of ``p``'s replicas not known to run yet (live brokers only)."""
+        return [b for b in p.replicas if (topic_id, p.partition, b) not in self.running
+                and self.core.liveness.is_live(b)]  # fmt: skip

@@ -18,6 +18,7 @@ fenced only if it then stays silent.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.controller_core import (
@@ -30,6 +31,10 @@ from rafka.actors.partition_changes import PartitionChanges
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
 from rafka.cluster.settings import setting
+
+
+#: A watch tick this late (ms) means the controller itself was starved (see ``watch``).
+STALL_MS = 50
 
 
 class BrokerWatch:
@@ -107,10 +112,17 @@ class BrokerWatch:
         """Fence brokers whose heartbeats stopped and whose agent does not answer a probe."""
         core = self.core
         interval = min(core.liveness.session_timeout_ms / 5000, 0.1)
+        woke = time.monotonic()
         while True:
             await asyncio.sleep(interval)
             if core.stopping:
                 return
+            # Woken late: this process got no CPU for a while, and heartbeats that came
+            # meanwhile may not be read yet. The stall is nobody's silence.
+            late_ms = int((time.monotonic() - woke - interval) * 1000)
+            woke = time.monotonic()
+            if late_ms > STALL_MS:
+                core.liveness.not_listening(late_ms)
             for broker_id in core.liveness.suspects(now_ms()):
                 if broker_id not in self._probing and broker_id in core.image.brokers:
                     self._probing.add(broker_id)
@@ -130,6 +142,7 @@ class BrokerWatch:
         that it is fenced in the same append; returns how many partitions changed."""
         core = self.core
         core.liveness.fence(broker_id)
+        core.fencings += 1
         self.calls.forget_agent(broker_id)
         core.logger.warning("broker %d missed its heartbeats; fencing it", broker_id)
 

@@ -51,6 +51,7 @@ from rafka.actors.reassignments import Reassignments
 from rafka.actors.reconcile import Reconciler
 from rafka.actors.topic_admin import TopicAdmin
 from rafka.cluster import controller as decide
+from rafka.cluster.hosting import host_loads
 from rafka.cluster.liveness import BrokerLiveness
 from rafka.cluster.metadata_log import MetadataLog
 from rafka.cluster.settings import setting
@@ -123,11 +124,15 @@ class Controller:
 
     async def heartbeat(
         self, disk: str, broker_id: int | None, rack: str | None = None,
-        node_id: str | None = None,
+        node_id: str | None = None, memory_available: int | None = None,
     ):  # fmt: skip
-        """A node agent is alive, on Ray node ``node_id``. Registers its disk when needed;
-        returns (broker id, heartbeat interval in ms)."""
-        return await self.brokers.heartbeat(disk, broker_id, rack, node_id)
+        """A node agent is alive, on Ray node ``node_id`` with ``memory_available`` bytes
+        free. Registers its disk when needed; returns (broker id, heartbeat interval in
+        ms)."""
+        answer = await self.brokers.heartbeat(disk, broker_id, rack, node_id)
+        if memory_available is not None:
+            self.core.memory_available[answer[0]] = int(memory_available)
+        return answer
 
     async def fence_broker(self, broker_id: int) -> int:
         """Take ``broker_id`` out of every ISR and move the leadership it held; returns how
@@ -158,6 +163,12 @@ class Controller:
         ISR, as Kafka takes an offline log directory's replicas out, and rejoins by catching
         up once its appends work again."""
         await self.changes.replica_failed(topic_id, partition, broker_id, replica_epoch, reason)
+
+    async def replicas_failed(self, broker_id: int, keys: list, reason: str) -> int:
+        """Replicas of ``broker_id`` (``[topic id, partition]`` each) failed together: their
+        host actor died. They leave their ISRs and lose their leaderships at once, as a
+        fenced broker's do; restarted, each checks in and rejoins by catching up."""
+        return await self.changes.replicas_failed(broker_id, keys, reason)
 
     async def partition_state(self, topic_id: str, partition: int, broker_id: int):
         """The current state of a partition, as its replica on ``broker_id`` sees it."""
@@ -270,17 +281,23 @@ class Controller:
 
     async def describe_cluster(self) -> dict[str, Any]:
         brokers = []
-        for broker_id, broker in sorted(self.image.brokers.items()):
-            status = await self.calls.agent_status(broker_id)
+        known = sorted(self.image.brokers.items())
+        statuses = await asyncio.gather(*(self.calls.agent_status(b) for b, _ in known))
+        loads = host_loads(self.image)
+        for (broker_id, broker), status in zip(known, statuses):
             alive = status is not None
             status = status or {}
             brokers.append({
                 "broker_id": broker_id, "disk": broker.disk, "rack": broker.rack, "alive": alive,
-                "fenced": broker_id in self.core.liveness.fenced, **status,
+                "fenced": broker_id in self.core.liveness.fenced,
+                "hosted_replicas": sum(loads.get(broker_id, {}).values()),
+                "host_actors": len(loads.get(broker_id, {})), **status,
             })  # fmt: skip
         return {
             "controller_disk": self.disk, "metadata_offset": self.image.offset,
             "controller_epoch": self.image.controller_epoch,
+            "fencings": self.core.fencings,
+            "replicas_per_actor": setting(self.core.settings, "replicas.per.actor"),
             "brokers": brokers, "topics": len(self.image.topics),
             "partitions": sum(len(t.partitions) for t in self.image.topics.values()),
         }  # fmt: skip
@@ -291,11 +308,8 @@ class Controller:
         flushed as it is appended), so a ``rafka down`` interrupted here leaves a controller
         that still answers, and ``start_services`` replaces it."""
         self.core.stopping = True  # heartbeats stop now; that is no reason to move leaders
-        by_broker = self.calls.all_states_by_broker()
-        live = set(self.calls.live_brokers())
         stopped = await asyncio.gather(
-            *(self.calls.call_agent(b, "stop_replicas", s)
-              for b, s in by_broker.items() if b in live),
+            *(self.calls.call_agent(b, "stop_replicas") for b in self.calls.live_brokers()),
             return_exceptions=True,
         )  # fmt: skip
         for outcome in stopped:

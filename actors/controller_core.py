@@ -49,6 +49,9 @@ class ControllerCore:
         # broker live at start (so nobody is fenced at once); only these may be elected:
         # one not heard yet may be on a new node it has not reported.
         self.heard: set[int] = set()
+        # broker -> bytes of memory its node had available at its last heartbeat
+        self.memory_available: dict[int, int] = {}
+        self.fencings = 0  # brokers this controller fenced (missed heartbeats), in all
 
     @property
     def image(self):

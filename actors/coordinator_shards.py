@@ -23,7 +23,7 @@ from rafka.actors.controller_core import ControllerCore
 from rafka.actors.placement import coordinator_name
 from rafka.actors.topic_admin import TopicAdmin
 from rafka.cluster.offsets_records import coordinator_shard
-from rafka.cluster.settings import setting
+from rafka.cluster.settings import offsets_topic_partitions, setting
 from rafka.cluster.topics import CONSUMER_OFFSETS
 from rafka.errors import TopicAlreadyExists
 
@@ -53,7 +53,7 @@ class CoordinatorShards:
         core = self.core
         if CONSUMER_OFFSETS in core.image.topic_ids:
             return len(core.image.topic(CONSUMER_OFFSETS).partitions)
-        partitions = setting(core.settings, "offsets.topic.num.partitions")
+        partitions = offsets_topic_partitions(core.settings)
         wanted = setting(core.settings, "offsets.topic.replication.factor")
         copies = max(1, min(wanted, len(self.calls.live_brokers())))
         if copies < wanted:

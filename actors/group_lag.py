@@ -14,7 +14,8 @@ from typing import Any, Callable
 import ray
 
 from rafka.actors import metrics
-from rafka.actors.placement import replica_name
+from rafka.actors.replica_handle import find_replica, leader_host
+from rafka.cluster.hosting import NO_HOST
 from rafka.cluster.metadata import NO_LEADER
 
 LATEST = -1
@@ -37,7 +38,7 @@ class LagReporter:
         self._groups = groups
         self._controller_call = controller_call
         self.logger = logger
-        self._lag_replicas: dict[str, Any] = {}  # replica actor name -> handle
+        self._lag_replicas: dict[tuple, Any] = {}  # (topic id, partition, leader, host) -> handle
         self._lag_reported: set[tuple[str, str, int]] = set()  # (group, topic, partition)
         self._lag_cursor = 0
 
@@ -89,13 +90,15 @@ class LagReporter:
         described = await asyncio.wait_for(
             self._controller_call("metadata", topics, False), LAG_CALL_TIMEOUT_S
         )
-        leaders: dict[tuple[str, int], str] = {}  # (topic, partition) -> leader replica name
+        # (topic, partition) -> (topic id, partition, leader, its host slot)
+        leaders: dict[tuple[str, int], tuple[str, int, int, int]] = {}
         for topic, description in described.items():
             if isinstance(description, dict):  # else deleted since the commit
                 for d in description["partitions"]:
-                    if d["leader"] != NO_LEADER:
-                        name = replica_name(description["topic_id"], d["partition"], d["leader"])
-                        leaders[topic, d["partition"]] = name
+                    if d["leader"] != NO_LEADER and leader_host(d) != NO_HOST:
+                        leaders[topic, d["partition"]] = (
+                            description["topic_id"], d["partition"], d["leader"], leader_host(d)
+                        )
         wanted = {tp: leaders[tp] for tp in partitions if tp in leaders}
         missing = [name for name in wanted.values() if name not in self._lag_replicas]
         if missing:
@@ -121,13 +124,13 @@ class LagReporter:
             out[tp] = answer[2]
         return out
 
-    def _find_replicas(self, names: list[str]) -> dict[str, Any]:
-        """{name: handle} of the replica actors that run (the others are starting or gone)."""
+    def _find_replicas(self, names: list[tuple]) -> dict[tuple, Any]:
+        """{(topic id, partition, leader, host slot): handle} of the replicas whose host runs
+        (the others are starting or gone)."""
         found = {}
         for name in names:
-            try:
-                found[name] = ray.get_actor(name, namespace=self.namespace)
-            except ValueError:
-                pass
+            handle = find_replica(*name, namespace=self.namespace)
+            if handle is not None:
+                found[name] = handle
         return found
 

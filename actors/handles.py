@@ -18,7 +18,8 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from rafka.actors.placement import CONTROLLER_NAME, replica_name
-from rafka.errors import BrokerNotAvailable, RafkaError, RequestTimedOut
+from rafka.actors.replica_handle import find_replica
+from rafka.errors import BrokerNotAvailable, LeaderNotAvailable, RafkaError, RequestTimedOut
 
 __all__ = ["Gateway", "as_array"]
 
@@ -95,20 +96,23 @@ class Gateway:
 
     # -- replicas ------------------------------------------------------------------------------
 
-    def replica(self, topic_id: str, partition: int, broker_id: int):
+    def replica(self, topic_id: str, partition: int, broker_id: int, host: int):
+        """The replica of ``partition`` on ``broker_id``, in host actor slot ``host``
+        (a ``ReplicaHandle``); LeaderNotAvailable (retriable) while that host does not run."""
         name = replica_name(topic_id, partition, broker_id)
         handle = self._replicas.get(name)
-        if handle is None:
-            try:
-                handle = ray.get_actor(name, namespace=self.namespace)
-            except ValueError:
-                raise BrokerNotAvailable(
-                    f"replica actor {name} is not running; the topic may be being created "
-                    "or deleted, or its disk's node is down"
-                ) from None
+        if handle is None or handle[0] != host:
+            found = find_replica(topic_id, partition, broker_id, host, self.namespace)
+            if found is None:
+                raise LeaderNotAvailable(
+                    f"the replica of partition {partition} of topic id {topic_id} on broker "
+                    f"{broker_id} is not running yet (starting, or its disk's node is down); "
+                    "retrying"
+                )
+            handle = (host, found)
             with self._lock:
                 self._replicas[name] = handle
-        return handle
+        return handle[1]
 
     def forget_replica(self, topic_id: str, partition: int, broker_id: int) -> None:
         with self._lock:

@@ -12,17 +12,14 @@ import os
 import shutil
 from typing import Any
 
+import psutil
 import ray
 
 from rafka.actors.logs import actor_logger, label_process_logs, log_prefix
-from rafka.actors.partition_replica import PartitionReplica
-from rafka.actors.placement import (
-    CONTROLLER_NAME,
-    disk_dir,
-    pinned_to_disk,
-    replica_name,
-)
+from rafka.actors.placement import CONTROLLER_NAME, disk_dir, pinned_to_disk
+from rafka.actors.replica_host import HOSTS_DIR, ReplicaHost, members_path, read_members
 from rafka.actors.replica_state import newer_topic_holds, read_state, stray_path
+from rafka.cluster.hosting import host_name
 from rafka.cluster.placement import RACK_LABEL
 from rafka.errors import KafkaStorageError
 from rafka.storage.checkpoint import read_text, write_atomically
@@ -33,6 +30,10 @@ META_PROPERTIES = "meta.properties"
 #: How long a replica of a deleted topic gets to delete itself before a newer topic of its
 #: name takes the directory, s (it is killed after).
 RETIRE_TIMEOUT_S = 30.0
+#: Host actors one agent starts at a time (each process start costs ~0.35 s of CPU).
+HOST_STARTS_AT_ONCE = 2
+#: Calls one host actor serves at once: long-poll fetches of all its replicas wait together.
+HOST_MAX_CONCURRENCY = 10_000
 
 
 def read_meta_properties(directory: str) -> dict[str, str]:
@@ -70,7 +71,10 @@ class NodeAgent:
         self.broker_id = int(props["broker.id"]) if "broker.id" in props else None
         self._label_logs()
         self.rack = _node_label(RACK_LABEL)
-        self.replicas: dict[str, Any] = {}
+        self.hosts: dict[int, Any] = {}  # slot -> running host actor
+        self._host_locks: dict[int, asyncio.Lock] = {}
+        self._watches: dict[int, asyncio.Task] = {}
+        self._starting = asyncio.Semaphore(HOST_STARTS_AT_ONCE)
         self._controller = None
         self._heartbeats: asyncio.Task | None = None
         # A new node tells the controller this disk's replicas restarted (and may have lost
@@ -102,7 +106,8 @@ class NodeAgent:
             self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
         broker_id, self._interval_ms = await asyncio.wait_for(
             self._controller.heartbeat.remote(
-                self.disk, self.broker_id, self.rack, self.node_id_
+                self.disk, self.broker_id, self.rack, self.node_id_,
+                psutil.virtual_memory().available,
             ), 10,
         )
         if broker_id != self.broker_id:
@@ -129,35 +134,125 @@ class NodeAgent:
                 self.logger.debug("heartbeat failed: %r", e)
             await asyncio.sleep(self._interval_ms / 1000)
 
+    # -- hosts ---------------------------------------------------------------------------------
+
+    def _host_lock(self, slot: int) -> asyncio.Lock:
+        lock = self._host_locks.get(slot)
+        if lock is None:
+            lock = self._host_locks[slot] = asyncio.Lock()
+        return lock
+
+    def _host(self, slot: int):
+        """The running host actor of ``slot`` (None when it does not run)."""
+        handle = self.hosts.get(slot)
+        if handle is None:
+            handle = _find(host_name(self.broker_id, slot), self.namespace)
+            if handle is not None:
+                self.hosts[slot] = handle
+        return handle
+
+    async def _start_host(self, slot: int):
+        """Create (or find) the host actor of ``slot`` and wait until it runs. At most
+        HOST_STARTS_AT_ONCE start at a time: a process start takes a third of a second of
+        CPU, and a node starting dozens at once starves everything on it."""
+        handle = self._host(slot)
+        if handle is not None:
+            return handle
+        async with self._starting:
+            handle = ray.remote(ReplicaHost).options(
+                name=host_name(self.broker_id, slot), namespace=self.namespace,
+                get_if_exists=True, max_concurrency=HOST_MAX_CONCURRENCY,
+                **pinned_to_disk(self.disk),
+            ).remote(self.directory, self.broker_id, slot, namespace=self.namespace)  # fmt: skip
+            await handle.ready.remote()
+        self.hosts[slot] = handle
+        self._watch_host(slot, handle)
+        return handle
+
+    def _watch_host(self, slot: int, handle) -> None:
+        """Keep one call outstanding on the host: when it fails the host died, and the
+        controller hears of it at once (its replicas fail together, like a broker's)."""
+        if slot in self._watches:
+            return
+
+        async def watch() -> None:
+            me = asyncio.current_task()
+            try:
+                await handle.watch.remote()
+            except ray.exceptions.RayActorError as e:
+                self._watches.pop(slot, None)  # so that the host started again is watched
+                if self.hosts.get(slot) is handle:
+                    del self.hosts[slot]
+                    await self._host_died(slot, e)
+            finally:
+                if self._watches.get(slot) is me:
+                    del self._watches[slot]
+
+        self._watches[slot] = asyncio.get_running_loop().create_task(watch())
+
+    async def _host_died(self, slot: int, error: BaseException) -> None:
+        """Tell the controller that every replica of the host failed, then have the host
+        run again: Ray restarts one that crashed (it is watched again); one stopped for
+        good (``ray.kill``) is started again here. Either way its replicas reopen from the
+        members file and check in."""
+        keys = [(s["topic_id"], s["partition"]) for s in
+                read_members(members_path(self.directory, slot))]  # fmt: skip
+        self.logger.warning("host %d died (%s) with %d replica(s)", slot,
+                            type(error).__name__, len(keys))  # fmt: skip
+        if not keys:
+            return
+        try:
+            if self._controller is not None:
+                await self._controller.replicas_failed.remote(
+                    self.broker_id, [[t, p] for t, p in keys],
+                    f"its host actor died ({type(error).__name__})",
+                )
+        except ray.exceptions.RayActorError:
+            pass  # a restarting controller hears of it from the replicas' check-ins
+        async with self._host_lock(slot):
+            if slot in self.hosts or not read_members(members_path(self.directory, slot)):
+                return  # started again meanwhile, or emptied
+            if _find(host_name(self.broker_id, slot), self.namespace) is None:
+                self.logger.warning("starting host %d again", slot)
+            try:
+                await self._start_host(slot)  # finds the one Ray restarts, or starts one
+            except ray.exceptions.RayActorError as e:
+                self.logger.warning("host %d did not start again: %r; the reconcile will "
+                                    "retry", slot, e)  # fmt: skip
+
     async def ensure_replicas(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Create (or find) the replica actors for ``states`` on this disk; wait until each has
-        opened its log. Returns each replica's description, or for one that could not start
-        ``{topic_id, partition, broker_id, error}``: the others are not held back by it."""
-        actor = ray.remote(PartitionReplica)
-        handles = []
+        """Start (or find) the replicas of ``states`` on this disk, each in the host its
+        ``host`` slot names, and wait until each has opened its log. Returns each replica's
+        description, or for one that could not start ``{topic_id, partition, broker_id,
+        error}``: the others are not held back by it."""
+        by_slot: dict[int, list[dict[str, Any]]] = {}
         for state in states:
             await self._retire_older_topic(state)
-            name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
-            handle = actor.options(
-                name=name, namespace=self.namespace, get_if_exists=True,
-                **pinned_to_disk(self.disk),
-            ).remote(self.directory, state, namespace=self.namespace)  # fmt: skip
-            self.replicas[name] = handle
-            handles.append(handle)
-        answers = await asyncio.gather(*(h.ready.remote() for h in handles),
-                                       return_exceptions=True)  # fmt: skip
-        return [
-            answer if not isinstance(answer, BaseException) else {
-                "topic_id": state["topic_id"], "partition": state["partition"],
-                "broker_id": state["broker_id"], "error": repr(answer),
-            }
-            for state, answer in zip(states, answers)
-        ]  # fmt: skip
+            by_slot.setdefault(state["host"], []).append(state)
+        answers = await asyncio.gather(
+            *(self._ensure_in(slot, group) for slot, group in by_slot.items()),
+            return_exceptions=True,
+        )
+        out = []
+        for group, answer in zip(by_slot.values(), answers):
+            if isinstance(answer, BaseException):
+                out.extend({"topic_id": s["topic_id"], "partition": s["partition"],
+                            "broker_id": s["broker_id"], "error": repr(answer)}
+                           for s in group)  # fmt: skip
+            else:
+                out.extend(answer)
+        return out
+
+    async def _ensure_in(self, slot: int, states: list[dict[str, Any]]) -> list[dict]:
+        async with self._host_lock(slot):
+            host = await self._start_host(slot)
+            described = await host.add_replicas.remote(states)
+        return [{**d, "host": slot} if "error" not in d else d for d in described]
 
     async def _retire_older_topic(self, state: dict[str, Any]) -> None:
         """A replica of a deleted topic of the same name that still runs here (its broker was
         away when the topic was deleted) holds the partition directory: delete it (files and
-        actor) before the new topic's replica opens the directory, so the old one never
+        replica) before the new topic's replica opens the directory, so the old one never
         writes into it."""
         path = partition_dir(self.directory, state["topic"], state["partition"])
         saved = read_state(path)
@@ -165,28 +260,118 @@ class NodeAgent:
             return
         if not newer_topic_holds(state, saved):
             return  # the directory's topic is the newer one: this replica keeps out of it
-        old = _find(replica_name(saved["topic_id"], state["partition"], state["broker_id"]),
-                    self.namespace)  # fmt: skip
-        if old is None:
+        slot = self._slot_holding(saved["topic_id"], state["partition"])
+        if slot is None:
             return
         self.logger.warning("deleting the replica of deleted topic id %s before topic id %s "
                             "takes %s", saved["topic_id"], state["topic_id"], path)  # fmt: skip
         try:
-            await asyncio.wait_for(old.delete.remote(), RETIRE_TIMEOUT_S)
+            await asyncio.wait_for(
+                self._remove_from(slot, saved["topic_id"], state["partition"], True),
+                RETIRE_TIMEOUT_S,
+            )
         except (ray.exceptions.RayActorError, asyncio.TimeoutError) as e:
-            self.logger.warning("the old replica did not delete itself: %r", e)
-        ray.kill(old, no_restart=True)
+            self.logger.warning("the old replica did not delete itself: %r; stopping its "
+                                "host", e)  # fmt: skip
+            host = self._host(slot)
+            if host is not None:
+                ray.kill(host, no_restart=True)
+                self.hosts.pop(slot, None)
+
+    def _slot_holding(self, topic_id: str, partition: int) -> int | None:
+        """The slot of the host on this disk whose members file names the replica."""
+        return self._members_index().get((topic_id, partition))
+
+    def _members_index(self) -> dict[tuple[str, int], int]:
+        """(topic id, partition) -> slot, from every members file on this disk."""
+        folder = os.path.join(self.directory, HOSTS_DIR)
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return {}
+        index = {}
+        for name in names:
+            if name.endswith(".members"):
+                slot = int(name.split(".")[0])
+                for s in read_members(os.path.join(folder, name)):
+                    index[(s["topic_id"], s["partition"])] = slot
+        return index
+
+    async def _remove_from(self, slot: int, topic_id: str, partition: int,
+                           delete_files: bool) -> bool:  # fmt: skip
+        """Remove one replica from its host; a host left empty is stopped."""
+        async with self._host_lock(slot):
+            host = self._host(slot)
+            if host is None:
+                return False
+            removed = await host.remove.remote(topic_id, partition, delete_files)
+            if await host.count.remote() == 0:
+                await self._stop_host(slot, host)
+            return removed
+
+    async def _stop_host(self, slot: int, host) -> None:
+        """Stop an empty host for good and wait until its name is free (under its lock), so
+        a host started again in this slot is a new actor."""
+        self.hosts.pop(slot, None)
+        watch = self._watches.pop(slot, None)
+        if watch is not None:
+            watch.cancel()
+        ray.kill(host, no_restart=True)
+        name = host_name(self.broker_id, slot)
+        for _ in range(100):
+            if _find(name, self.namespace) is None:
+                break
+            await asyncio.sleep(0.05)
+        try:
+            os.remove(members_path(self.directory, slot))
+        except FileNotFoundError:
+            pass
+
+    async def host_emptied(self, slot: int) -> None:
+        """A host whose last replica deleted itself: stop it, unless it holds some again."""
+        async with self._host_lock(slot):
+            host = self._host(slot)
+            if host is not None and await host.count.remote() == 0:
+                await self._stop_host(slot, host)
+
+    async def hosted(self) -> list[list]:
+        """[topic id, partition, broker id] of every replica held by a running host here."""
+        slots = self._running_slots()
+        answers = await asyncio.gather(
+            *(self.hosts[s].hosted.remote() for s in slots if s in self.hosts),
+            return_exceptions=True,
+        )
+        out = []
+        for answer in answers:
+            if not isinstance(answer, BaseException):
+                out.extend([t, p, self.broker_id] for t, p in answer)
+        return out
+
+    def _running_slots(self) -> list[int]:
+        """Slots of this broker's host actors that exist (alive or restarting)."""
+        prefix = host_name(self.broker_id, 0)[:-1]
+        named = ray.util.list_named_actors(all_namespaces=True)
+        slots = []
+        for a in named:
+            if a.get("namespace") == self.namespace and a["name"].startswith(prefix):
+                slot = int(a["name"][len(prefix):])
+                slots.append(slot)
+                handle = self._host(slot)
+                if handle is not None:
+                    self._watch_host(slot, handle)
+        return slots
 
     async def delete_replicas(self, states: list[dict[str, Any]]) -> int:
-        """Delete the files of these replicas and stop their actors."""
+        """Delete the files of these replicas and stop them (a host left empty stops)."""
         deleted = 0
+        index = self._members_index()
         for state in states:
-            handle = self._take_handle(state)
-            if handle is not None:
-                await handle.delete.remote()
-                ray.kill(handle, no_restart=True)
+            slot = index.get((state["topic_id"], state["partition"]))
+            if slot is not None and await self._remove_from(
+                slot, state["topic_id"], state["partition"], True
+            ):
                 deleted += 1
-            elif state.get("topic") is not None:  # the actor is gone; its files may not be
+            elif state.get("topic") is not None:  # not hosted; its files may be left
                 path = os.path.join(self.directory, f"{state['topic']}-{state['partition']}")
                 saved = read_state(path)
                 if saved is None or saved.get("topic_id") == state["topic_id"]:
@@ -195,23 +380,26 @@ class NodeAgent:
                 shutil.rmtree(stray_path(path, state["topic_id"]), ignore_errors=True)
         return deleted
 
-    async def stop_replicas(self, states: list[dict[str, Any]]) -> int:
-        """Close these replicas cleanly (flushed, clean-shutdown marker) and stop them."""
+    async def stop_replicas(self) -> int:
+        """Close every replica on this disk cleanly (flushed, clean-shutdown marker) and stop
+        their hosts; how many replicas were closed."""
         stopped = 0
-        for state in states:
-            handle = self._take_handle(state)
-            if handle is not None:
+        for slot in self._running_slots():
+            async with self._host_lock(slot):
+                host = self._host(slot)
+                if host is None:
+                    continue
                 try:
-                    await handle.close.remote()
+                    stopped += await host.close_all.remote()
+                except ray.exceptions.RayActorError:
+                    pass
                 finally:
-                    ray.kill(handle, no_restart=True)
-                stopped += 1
+                    self.hosts.pop(slot, None)
+                    watch = self._watches.pop(slot, None)
+                    if watch is not None:
+                        watch.cancel()
+                    ray.kill(host, no_restart=True)
         return stopped
-
-    def _take_handle(self, state: dict[str, Any]):
-        """The replica's actor handle (None when its actor is gone), no longer tracked here."""
-        name = replica_name(state["topic_id"], state["partition"], state["broker_id"])
-        return self.replicas.pop(name, None) or _find(name, self.namespace)
 
     async def status(self) -> dict[str, Any]:
         usage = shutil.disk_usage(self.directory)

@@ -32,7 +32,8 @@ from typing import Any
 import ray
 
 from rafka.actors.handles import as_array
-from rafka.actors.placement import CONTROLLER_NAME, replica_name
+from rafka.actors.placement import CONTROLLER_NAME
+from rafka.actors.replica_handle import find_replica, leader_host
 from rafka.cluster.coordinator_fencing import Claim, CoordinatorFencing
 from rafka.cluster.group_types import CommittedOffset
 from rafka.cluster.metadata import NO_LEADER
@@ -130,11 +131,13 @@ class OffsetsLog:
                 raise CoordinatorNotAvailable(
                     f"{CONSUMER_OFFSETS}-{self.shard} has no leader right now; retry"
                 )
-            name = replica_name(described["topic_id"], self.shard, leader)
-            try:
-                self._leader = ray.get_actor(name, namespace=self.namespace)
-            except ValueError:
-                raise CoordinatorNotAvailable(f"{name} is not running yet; retry") from None
+            self._leader = find_replica(described["topic_id"], self.shard, leader,
+                                        leader_host(described["partitions"][self.shard]),
+                                        self.namespace)  # fmt: skip
+            if self._leader is None:
+                raise CoordinatorNotAvailable(
+                    f"{CONSUMER_OFFSETS}-{self.shard}'s leader replica is not running yet; retry"
+                )
         return self._leader
 
     async def _with_leader(self, call, what: str):

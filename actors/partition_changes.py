@@ -112,6 +112,14 @@ class PartitionChanges:
         for b in removed:
             self.core.spawn(calls.delete_replica(topic, old, b))
 
+    def electable_or_starting(self, topic_id: str, p: PartitionState) -> set[int]:
+        """The replicas of ``p`` that may be elected now, and its leader if its replica is
+        starting (a new topic's: it leads as soon as it runs, and is not replaced)."""
+        live = self.core.electable(topic_id, p.partition)
+        if p.leader != NO_LEADER and self.calls.starting(topic_id, p.partition, p.leader):
+            live = live | {p.leader}
+        return live
+
     async def elect_where_leaderless(self, only=None, before=None) -> int:
         """Elect a leader for every partition (of ``only``'s (topic, partition) pairs) that
         has none, or whose leader's broker speaks but whose leader replica was never seen
@@ -232,6 +240,7 @@ class PartitionChanges:
             return None, False, -1
         if not epoch_of:
             return None, True, -1
+        self.calls.running.add((topic_id, partition, broker_id))
         return self.calls.replica_state(topic, p, broker_id), True, epoch_of[0]
 
     async def broker_seen_on(self, broker_id: int, node_id: str) -> None:
@@ -276,6 +285,31 @@ class PartitionChanges:
                 unclean_election_enabled(t), min_insync_replicas(t),
             ),
             only=[(topic, p)],
+        )  # fmt: skip
+
+    async def replicas_failed(self, broker_id: int, keys: list, reason: str) -> int:
+        """Replicas of ``broker_id`` failed together (their host actor died): each leaves
+        the ISR, and where one led, a leader is elected from the rest of the ISR, as for a
+        fenced broker; they rejoin by checking in and catching up. Returns how many
+        partitions changed."""
+        core = self.core
+        wanted = {(t, p) for t, p in keys}
+        only = [(topic, p) for topic in list(core.image.topics.values())
+                for p in topic.partitions.values()
+                if (topic.topic_id, p.partition) in wanted and broker_id in p.replicas]  # fmt: skip
+        if not only:
+            return 0
+        core.logger.warning("%d replica(s) of broker %d failed (%s); they leave their ISRs",
+                            len(only), broker_id, reason)  # fmt: skip
+        for topic, p in only:  # not running until each checks in again
+            self.calls.running.discard((topic.topic_id, p.partition, broker_id))
+            self.calls.forget_replica(topic.topic_id, p.partition, broker_id)
+        return await self.change(
+            lambda t, q: elections.fence_broker(
+                q, broker_id, core.electable(t.topic_id, q.partition) - {broker_id},
+                unclean_election_enabled(t), min_insync_replicas(t),
+            ),
+            only=only,
         )  # fmt: skip
 
     def partition_state(self, topic_id: str, partition: int, broker_id: int) -> dict | None:
@@ -349,7 +383,7 @@ class PartitionChanges:
         outcome: dict[tuple[str, int], RafkaError | None] = {}
 
         def decide_one(t, p):
-            live = self.core.electable(t.topic_id, p.partition)
+            live = self.electable_or_starting(t.topic_id, p)
             if election_type == "preferred":
                 new = elections.preferred_leader(p, live)
                 if new is None:

@@ -1,20 +1,22 @@
-"""PartitionReplica: the Ray actor that owns one replica of one partition.
+"""PartitionReplica: one replica of one partition, hosted by a ``ReplicaHost`` actor.
 
 A thin shell over ``rafka.storage.log.Log`` (the files) and ``rafka.cluster.replication``
-(in-sync replicas, the high watermark, divergence). It is an async actor: produce, long-poll
-fetch, the follower fetch loop and the timers share one event loop, so an append wakes
-waiting fetches directly.
+(in-sync replicas, the high watermark, divergence). It runs on its host's event loop, with
+the other replicas that host holds: produce, long-poll fetch and the follower fetch loop
+share that loop, so an append wakes waiting fetches directly. The host runs the timers
+(maintenance, ISR lag checks, log gauges) for all its replicas and routes every call here.
 
 Roles come from the controller, as partition states ``{leader, leader_epoch, isr, replicas,
 partition_epoch, ...}``; a state older than the one held is ignored. The leader appends
 client batches and answers followers' ``replicate`` calls; a follower pulls from the leader
-in a loop, truncating where its log diverged. A replica that restarts (Ray re-runs this
-constructor) checks in with the controller before it leads or follows again, and ignores
-every pushed state until then: its log may have lost unflushed records, and only the
+in a loop, truncating where its log diverged. A replica that restarts (its host restarted,
+or it found its files) checks in with the controller before it leads or follows again, and
+ignores every pushed state until then: its log may have lost unflushed records, and only the
 controller may decide what it is now.
 
-This module holds the actor's life (start, timers, close), its role (check-in, adopting
-states, becoming leader) and its Ray methods; the work is done by the parts it owns:
+This module holds the replica's life (start, close, delete), its role (check-in, adopting
+states, becoming leader) and the methods its host routes to it; the work is done by the
+parts it owns:
 
 - ``ProduceHandler`` (``replica_produce``): client batches in, acks;
 - ``FetchHandler`` (``replica_fetch``): consumer and follower fetches, offsets, Spark blocks;
@@ -37,20 +39,18 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from typing import Any
-
-import ray
+from typing import Any, Awaitable, Callable
 
 from rafka.actors import metrics
 from rafka.actors.controller_link import ControllerLink
+from rafka.actors.fetch_batcher import FetchBatcher
 from rafka.actors.isr_proposer import IsrProposer
-from rafka.actors.logs import actor_logger, label_process_logs
+from rafka.actors.logs import actor_logger
 from rafka.actors.replica_check_in import ReplicaCheckIn, current_node_id
 from rafka.actors.replica_fetch import FetchHandler
 from rafka.actors.replica_follower import ReplicaFollower
 from rafka.actors.replica_produce import ProduceHandler
 from rafka.actors.replica_state import (
-    actor_was_reconstructed,
     is_stale,
     newer_topic_holds,
     read_state,
@@ -79,14 +79,19 @@ class PartitionReplica:
         self,
         data_dir: str,
         state: dict[str, Any],
-        maintenance_interval_s: float = 30.0,
         namespace: str | None = None,
+        reconstructed: bool = False,
+        on_retired: Callable[[PartitionReplica], Awaitable[None]] | None = None,
+        fetches: FetchBatcher | None = None,
     ):
+        """``reconstructed``: this replica ran before and its host restarted (so it may
+        have lost unflushed records whatever its files say); ``on_retired`` is awaited once
+        it deleted itself because the controller no longer assigns it here; ``fetches``
+        sends its follower fetches with those of its host's other replicas (None: alone)."""
+        self.fetches = fetches
         self.logger = actor_logger(__name__, "PartitionReplica", topic=state["topic"],
                                    partition=state["partition"], broker=state["broker_id"])
-        if namespace is not None:  # in a Ray actor: this process is this replica
-            # Before the log opens, so recovery's lines carry the replica too.
-            label_process_logs(self.logger.prefix)
+        self.on_retired = on_retired
         self.partition_metrics = metrics.PartitionMetrics(
             state["topic"], state["partition"], state["broker_id"]
         )
@@ -94,9 +99,7 @@ class PartitionReplica:
         os.makedirs(self.directory, exist_ok=True)
         saved = read_state(self.directory)
         if saved is not None and saved["topic_id"] != state["topic_id"]:
-            if newer_topic_holds(saved, state) or (
-                namespace is not None and actor_was_reconstructed()
-            ):
+            if newer_topic_holds(saved, state) or reconstructed:
                 # This replica's topic was deleted and a newer topic of the same name holds
                 # the directory (Ray restarted this actor while its node was away, or its
                 # creation arrived late): never touch it; this replica's own files, if any,
@@ -114,7 +117,7 @@ class PartitionReplica:
         known = saved is not None
         # Ray re-runs this constructor with the creation arguments after a crash; with or
         # without files (a wiped disk), such a replica must ask what it is now.
-        restarted = known or (namespace is not None and actor_was_reconstructed())
+        restarted = known or reconstructed
         if known:
             state = {**state, **saved, "settings": state.get("settings", {})}
         self.state = with_defaults(state)
@@ -139,7 +142,6 @@ class PartitionReplica:
         self.log_changed = False  # since the log gauges were last set (appends, truncation)
         self._refresh_log_gauges()
         self._appended: asyncio.Condition | None = None
-        self._maintenance_interval_s = maintenance_interval_s
         self._tasks: list[asyncio.Task] = []
         self.closed = False
         self.deleted = False
@@ -149,9 +151,6 @@ class PartitionReplica:
         self.isr = IsrProposer(self)
         self.produce_handler = ProduceHandler(self)
         self.fetch_handler = FetchHandler(self)
-        # Start the loops (check-in, follower fetch, timers) without waiting for a caller.
-        if namespace is not None:
-            ray.get_runtime_context().current_actor.ready.remote()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -162,14 +161,6 @@ class PartitionReplica:
     async def ready(self) -> dict[str, Any]:
         self.loop_ready()
         return self.describe_sync()
-
-    async def _maintain(self) -> None:
-        while not self.closed:
-            await asyncio.sleep(self._maintenance_interval_s)
-            try:
-                self.run_maintenance()
-            except Exception:  # a failed cleanup must not kill the replica; retry next round
-                self.logger.exception("maintenance of %s failed", self.directory)
 
     def run_maintenance(self) -> dict[str, int]:
         """Flush (flush.ms), retention and compaction, as Kafka's log manager does on a timer."""
@@ -191,13 +182,11 @@ class PartitionReplica:
         self.log_changed = False
         self.partition_metrics.log_gauges(self.log.size_bytes, len(self.log.segments))
 
-    async def _report_log_gauges(self) -> None:
-        """Refresh the log gauges once a second while appends or truncations change the log:
-        the append paths only raise a flag, so a burst of appends costs one refresh."""
-        while not self.closed:
-            await asyncio.sleep(metrics.LOG_GAUGES_INTERVAL_S)
-            if self.log_changed and not self.closed:
-                self._refresh_log_gauges()
+    def report_log_gauges(self) -> None:
+        """Refresh the log gauges if appends or truncations changed the log since the last
+        refresh (the host calls this once a second: a burst of appends costs one refresh)."""
+        if self.log_changed and not self.closed:
+            self._refresh_log_gauges()
 
     async def maintain_now(self) -> dict[str, int]:
         return self.run_maintenance()
@@ -289,14 +278,12 @@ class PartitionReplica:
 
     def loop_ready(self) -> asyncio.Condition:
         """The condition every append, high watermark move and role change notifies. Made
-        on first use, with the timers: they need the actor's running loop, which __init__
-        lacks."""
+        on first use, with the check-in or the follower loop: they need the host's running
+        loop, which __init__ lacks. The timers (maintenance, ISR lag checks, gauges) are the
+        host's, one per host for all its replicas."""
         if self._appended is None:
             self._appended = asyncio.Condition()
             loop = asyncio.get_running_loop()
-            self._tasks.append(loop.create_task(self._maintain()))
-            self._tasks.append(loop.create_task(self.isr.watch()))
-            self._tasks.append(loop.create_task(self._report_log_gauges()))
             if not self.checked_in:
                 self._tasks.append(loop.create_task(self.check_in.run()))
             else:

@@ -3,7 +3,7 @@
 A node offers a data disk by declaring the custom resource ``rafka_disk`` and naming the disk
 with the node label ``rafka-disk`` (default ``local``). Its data directory is
 ``$RAFKA_DATA_DIR/<disk name>``. Actors that own files (the controller, node agents and
-partition replicas) are pinned to a disk by that label, never by Ray node id: a hard node-id
+the host actors of partition replicas) are pinned to a disk by that label, never by Ray node id: a hard node-id
 affinity makes an actor DEAD when its node dies, while a label selector keeps it waiting and
 restarts it wherever the disk comes back.
 """
@@ -74,8 +74,9 @@ _REPLICA_NAME = re.compile(rf"^{REPLICA_PREFIX}([0-9A-Za-z]+)-(\d+)-b(\d+)$")
 
 
 def replica_name(topic_id: str, partition: int, broker_id: int) -> str:
-    """Actor name of one replica. It uses the topic id, not the name, so a topic deleted and
-    created again under the same name never meets the old topic's actors."""
+    """The name of one replica (a key: the actor is its host, ``rafka.cluster.hosting``).
+    It uses the topic id, not the name, so a topic deleted and created again under the same
+    name never meets the old topic's replicas."""
     return f"{REPLICA_PREFIX}{topic_id}-{partition}-b{broker_id}"
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import ray
 
-from rafka.actors.placement import REPLICA_PREFIX
+from rafka.actors.replica_handle import ReplicaHandle, find_replica
 from rafka.errors import BrokerNotAvailable
 
 
@@ -56,10 +56,19 @@ class RayActors:
 
             ref.future().add_done_callback(done)
 
-    async def replica_names(self) -> set[str]:
-        """The names of every replica actor of this namespace (alive or restarting)."""
-        named = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
-        return {
-            a["name"] for a in named
-            if a.get("namespace") == self.namespace and a["name"].startswith(REPLICA_PREFIX)
-        }  # fmt: skip
+    def replica(self, topic_id: str, partition: int, broker_id: int, slot: int):
+        """The handle of a replica in host ``slot`` of ``broker_id``; None when that host
+        does not run."""
+        return find_replica(topic_id, partition, broker_id, slot, self.namespace)
+
+    def push_states(
+        self, pushes: list[tuple[ReplicaHandle, dict]], on_failure: Callable[[dict], None]
+    ) -> None:
+        """Send each state to its replica without waiting, one ``update_states`` call per
+        host actor; ``on_failure(state)`` runs for each state whose host is gone."""
+        by_host: dict[Any, list[dict]] = {}  # Ray actor handles compare by actor id
+        for handle, state in pushes:
+            by_host.setdefault(handle.host, []).append(state)
+        for host, states in by_host.items():
+            self.send(host, "update_states", states,
+                      on_failure=lambda states=states: [on_failure(s) for s in states])

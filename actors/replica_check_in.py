@@ -56,7 +56,8 @@ class ReplicaCheckIn:
                 if not exists:
                     r.logger.warning("no longer assigned to this broker; deleting it")
                     await r.delete()
-                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+                    if r.on_retired is not None:  # its host lets it go
+                        await r.on_retired(r)
                     return
                 r.replica_epoch = replica_epoch
                 r.checked_in = True

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
-from rafka.actors.placement import replica_name
+from rafka.actors.replica_handle import find_replica
+from rafka.cluster.hosting import NO_HOST
 from rafka.cluster.metadata import NO_LEADER
 from rafka.cluster.replication import truncation_offset
 from rafka.cluster.settings import setting
@@ -38,6 +39,13 @@ if TYPE_CHECKING:
 #: controller for the partition's state (a pushed state may have been lost).
 STATE_PULL_AFTER_S = 1.0
 
+#: A follower whose leader had nothing new for it this many fetches in a row asks it to wait
+#: longer (the leader answers at once when records come): idle replicas cost next to no CPU.
+IDLE_AFTER_EMPTY_FETCHES = 2
+#: The long-poll time of an idle follower's fetch, ms; at most a quarter of
+#: ``replica.lag.time.max.ms``, so a parked fetch never looks like lag.
+IDLE_FETCH_WAIT_MS = 5_000
+
 #: Backoff between attempts while the local log refuses writes, s (doubling from the first).
 WRITE_RETRY_FIRST_S = 0.05
 WRITE_RETRY_MAX_S = 5.0
@@ -49,7 +57,7 @@ class ReplicaFollower:
     def __init__(self, replica: PartitionReplica):
         self.replica = replica
         self._task: asyncio.Task | None = None
-        self._handles: dict[int, Any] = {}  # broker id -> that broker's replica actor
+        self._handles: dict[int, Any] = {}  # broker id -> (host slot, that broker's replica)
 
     @property
     def started(self) -> bool:
@@ -71,19 +79,28 @@ class ReplicaFollower:
             self._task = None
 
     def _leader_handle(self, broker_id: int):
-        handle = self._handles.get(broker_id)
+        """The leader's replica, through the host the state names (ValueError while it has
+        none, or that host does not run)."""
+        r = self.replica
+        slots = dict(zip(r.state["replicas"], r.state.get("hosts") or ()))
+        slot = slots.get(broker_id, NO_HOST)
+        cached = self._handles.get(broker_id)
+        if cached is not None and cached[0] == slot:
+            return cached[1]
+        handle = find_replica(r.topic_id, r.partition, broker_id, slot, r.namespace)
         if handle is None:
-            r = self.replica
-            handle = ray.get_actor(
-                replica_name(r.topic_id, r.partition, broker_id), namespace=r.namespace
-            )
-            self._handles[broker_id] = handle
+            raise ValueError(f"broker {broker_id}'s replica has no running host (slot {slot})")
+        self._handles[broker_id] = (slot, handle)
         return handle
 
     async def _follow(self) -> None:
         """Pull from the leader until this replica is told it leads or is closed."""
         r = self.replica
-        wait_ms = setting(r.settings, "replica.fetch.wait.max.ms")
+        busy_wait_ms = setting(r.settings, "replica.fetch.wait.max.ms")
+        idle_wait_ms = max(busy_wait_ms, min(
+            IDLE_FETCH_WAIT_MS, setting(r.settings, "replica.lag.time.max.ms") // 4
+        ))  # fmt: skip
+        empty_answers = 0
         max_bytes = setting(r.settings, "replica.fetch.max.bytes")
         last_progress = time.monotonic()
         delay = 0.02
@@ -103,14 +120,17 @@ class ReplicaFollower:
             if leader_id == NO_LEADER or leader_id == r.broker_id:
                 await asyncio.sleep(0.1)
                 continue
+            wait_ms = idle_wait_ms if empty_answers >= IDLE_AFTER_EMPTY_FETCHES else busy_wait_ms
             try:
                 handle = self._leader_handle(leader_id)
-                ref = handle.replicate.remote(
-                    r.broker_id, s["leader_epoch"], r.log.log_end_offset,
-                    r.log.latest_epoch, max_bytes, wait_ms, r.replica_epoch,
-                )  # fmt: skip
-                answer = await asyncio.wait_for(ref, wait_ms / 1000 + 5.0)
-            except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
+                args = (r.broker_id, s["leader_epoch"], r.log.log_end_offset,
+                        r.log.latest_epoch, max_bytes, wait_ms, r.replica_epoch)  # fmt: skip
+                fetch = (r.fetches.replicate(handle, *args) if r.fetches is not None
+                         else handle.replicate.remote(*args))  # fmt: skip
+                answer = await asyncio.wait_for(fetch, wait_ms / 1000 + 5.0)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError,
+                    asyncio.TimeoutError, ValueError) as e:  # fmt: skip
+                # Gone, restarting, not hosting the leader (yet), or no host known.
                 r.logger.debug("fetch from leader %d failed: %r", leader_id, e)
                 self._handles.pop(leader_id, None)
                 await asyncio.sleep(delay)
@@ -129,6 +149,7 @@ class ReplicaFollower:
                 continue
             delay = 0.02
             last_progress = time.monotonic()
+            empty_answers = 0 if len(records) or div_end >= 0 else empty_answers + 1
             try:
                 self._apply_answer(errno, hw, log_start, div_epoch, div_end, records)
             except Exception as e:  # the disk, not the protocol: keep the loop, leave the ISR

@@ -31,7 +31,9 @@ from rafka.actors.controller_core import (
 from rafka.actors.partition_changes import PartitionChanges
 from rafka.cluster import controller as decide
 from rafka.cluster import elections
+from rafka.cluster.hosting import check_fits
 from rafka.cluster.metadata import NO_LEADER, TopicState
+from rafka.cluster.settings import setting
 from rafka.cluster.topics import is_internal
 from rafka.errors import TopicAlreadyExists, UnknownTopicOrPartition
 from rafka.storage.config import LogConfig
@@ -57,10 +59,10 @@ class TopicAdmin:
                     core.image, name, partitions, replication_factor, config,
                     calls.live_brokers(), internal,
                 )  # fmt: skip
+                self._check_fits(records, f"topic {name!r}")
                 core.store.append(records + _request(request_id, "create_topic", topic_id))
                 topic = core.image.topics[topic_id]
-        # Outside the lock: creating actors takes seconds, and failover must not wait.
-        await self._start_replicas(topic, topic.partitions.values())
+        self._start_replicas_soon(topic, topic.partitions.values())
         return self.describe(self._current(topic))
 
     async def create_partitions(
@@ -71,6 +73,7 @@ class TopicAdmin:
             topic = self._done_before(request_id, name)
             if topic is None:
                 records = decide.create_partitions(core.image, name, total, calls.live_brokers())
+                self._check_fits(records, f"growing topic {name!r} to {total} partitions")
                 topic = core.image.topic(name)
                 core.store.append(
                     records + _request(request_id, "create_partitions", topic.topic_id)
@@ -78,7 +81,7 @@ class TopicAdmin:
                 new = [topic.partitions[r["partition"]] for r in records]
             else:
                 new = list(topic.partitions.values())
-        await self._start_replicas(topic, new)
+        self._start_replicas_soon(topic, new)
         return self.describe(self._current(topic))
 
     async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +94,8 @@ class TopicAdmin:
         # on the config in force then (another change may have turned it off since).
         await self.changes.change(
             lambda t, q: elections.elect_if_leaderless(
-                q, core.electable(t.topic_id, q.partition), True, min_insync_replicas(t)
+                q, self.changes.electable_or_starting(t.topic_id, q), True,
+                min_insync_replicas(t),
             ) if unclean_election_enabled(t) else None,
             only=[(topic, q) for q in topic.partitions.values()],
         )  # fmt: skip
@@ -112,6 +116,18 @@ class TopicAdmin:
             *(calls.delete_replicas(b, s) for b, s in by_broker.items() if b in live)
         )
 
+    def _check_fits(self, records: list[dict[str, Any]], what: str) -> None:
+        """PolicyViolation when the replicas these records create would not fit in the
+        memory their brokers' nodes have (see ``rafka.cluster.hosting.check_fits``)."""
+        new_by_broker: dict[int, int] = {}
+        for r in records:
+            if r["type"] == "partition":
+                for b in r["replicas"]:
+                    new_by_broker[b] = new_by_broker.get(b, 0) + 1
+        check_fits(self.core.image, new_by_broker,
+                   setting(self.core.settings, "replicas.per.actor"),
+                   self.core.memory_available, what)  # fmt: skip
+
     def _done_before(self, request_id: str | None, name: str) -> TopicState | None:
         """The topic a retried request (same ``request_id``) created or grew before; None
         for a request not seen. UnknownTopicOrPartition when that topic was deleted since,
@@ -129,7 +145,18 @@ class TopicAdmin:
             )
         return topic
 
-    async def _start_replicas(self, topic: TopicState, partitions) -> None:
+    def _start_replicas_soon(self, topic: TopicState, partitions) -> None:
+        """Place the replicas of ``partitions`` in hosts now (recorded, so the answer and
+        the metadata name their hosts) and start them in the background: a request is
+        answered once its records are durable, as Kafka's CreateTopics is. Until a replica
+        runs, calls to it fail with a retriable error, and describe lists it as starting."""
+        partitions = list(partitions)
+        self.calls.place(self.calls.states_by_broker(topic, partitions))
+        keys = {(topic.topic_id, p.partition, b) for p in partitions for b in p.replicas}
+        self.calls.awaiting_start |= keys
+        self.core.spawn(self._start_replicas(topic, partitions, keys))
+
+    async def _start_replicas(self, topic: TopicState, partitions, keys=frozenset()) -> None:
         """Create the replica actors of ``partitions`` on live brokers (those that exist
         already are found, not created twice); the others start when their broker returns.
         A broker whose agent fails does not fail the request (the change is recorded, as
@@ -138,7 +165,10 @@ class TopicAdmin:
         partitions = list(partitions)
         live = set(calls.live_brokers())
         by_broker = calls.states_by_broker(topic, partitions)
-        await calls.ensure({b: s for b, s in by_broker.items() if b in live})
+        try:
+            await calls.ensure({b: s for b, s in by_broker.items() if b in live})
+        finally:
+            calls.awaiting_start -= keys
         # An election decided while the actors were starting may have found no replica it
         # could elect yet (a retry after a controller restart, say): elect now they run.
         await self.changes.elect_where_leaderless(only=[(topic, p) for p in partitions])
@@ -169,7 +199,9 @@ class TopicAdmin:
                 {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
                  "partition_epoch": p.partition_epoch, "replicas": p.replicas, "isr": p.isr,
                  "adding": p.adding, "removing": p.removing,
-                 "offline": p.leader == NO_LEADER or not is_live(p.leader)}
+                 "offline": p.leader == NO_LEADER or not is_live(p.leader),
+                 "hosts": self.calls.running_hosts(topic.topic_id, p),
+                 "starting": self.calls.starting_replicas(topic.topic_id, p)}
                 for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
             ],
         }  # fmt: skip

@@ -9,11 +9,12 @@ controller does not send.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any, Iterable, Mapping
 
 from rafka.clients.admin_groups import GroupAdmin
-from rafka.errors import error_class
+from rafka.errors import LeaderNotAvailable, RequestTimedOut, error_class
 from rafka.types import (
     BrokerDescription,
     ElectionResult,
@@ -32,7 +33,7 @@ def _partition(p: dict[str, Any]) -> PartitionDescription:
     return PartitionDescription(
         p["partition"], leader, p["leader_epoch"], list(p["replicas"]), list(p["isr"]),
         list(p.get("adding", ())), list(p.get("removing", ())),
-        bool(p.get("offline", leader is None or leader < 0)),
+        bool(p.get("offline", leader is None or leader < 0)), tuple(p.get("starting", ())),
     )  # fmt: skip
 
 
@@ -146,6 +147,27 @@ class Admin(GroupAdmin):
     def describe_topic(self, name: str) -> TopicDescription:
         return _description(self._gateway.call_controller("describe_topics", [name])[0])
 
+    def wait_for_topic(self, name: str, timeout_s: float = 60.0) -> TopicDescription:
+        """Wait until every partition of ``name`` has a leader whose replica runs (none
+        starting, none offline) and return the description. ``create_topic`` answers once
+        the topic is recorded, as Kafka's does, and its replicas start in the background;
+        producers and consumers wait for them on their own, this is for scripts and tests
+        that want them running first. RequestTimedOut after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            described = self.describe_topic(name)
+            waiting = [p.partition for p in described.partitions
+                       if p.offline or p.leader in p.starting]  # fmt: skip
+            if not waiting:
+                return described
+            if time.monotonic() >= deadline:
+                raise RequestTimedOut(
+                    f"{len(waiting)} partition(s) of {name!r} (first: {waiting[0]}) have no "
+                    f"running leader after {timeout_s:g} s; `rafka topics describe {name}` "
+                    "shows which replicas are starting or offline"
+                )
+            time.sleep(0.05)
+
     def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
         return [_description(d) for d in self._gateway.call_controller("describe_topics", names)]
 
@@ -255,10 +277,23 @@ class Admin(GroupAdmin):
         self._metadata.invalidate(topic)
         return _description(described)
 
-    def partition_offsets(self, name: str) -> list[dict[str, Any]]:
-        """Per partition: log start offset, high watermark, log end offset and size on disk."""
-        meta = self._metadata.refresh([name])[name]
-        refs = [
-            self._gateway.describe(self._metadata.replica(meta, p)) for p in range(len(meta))
-        ]
-        return self._gateway.get(refs, 60.0)
+    def partition_offsets(self, name: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Per partition: log start offset, high watermark, log end offset and size on disk,
+        from each leader. Partitions whose leader is still starting are waited for, up to
+        ``timeout_s`` in all (0: left out of the answer instead); LeaderNotAvailable after
+        that."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            meta = self._metadata.refresh([name])[name]
+            found, missing = {}, None
+            for p in range(len(meta)):
+                try:
+                    found[p] = self._gateway.describe(self._metadata.replica(meta, p))
+                except LeaderNotAvailable as e:
+                    missing = e
+            if missing is None or timeout_s == 0:
+                answers = self._gateway.get(list(found.values()), 60.0)
+                return answers
+            if time.monotonic() >= deadline:
+                raise missing
+            time.sleep(0.1)

@@ -6,6 +6,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from rafka.actors.replica_handle import leader_host
 from rafka.errors import LeaderNotAvailable, error_class
 
 NO_LEADER = -1
@@ -19,6 +20,7 @@ RECHECK_INTERVAL_S = 0.2
 class PartitionLeader(NamedTuple):
     leader: int
     leader_epoch: int
+    host: int = -1  # the slot of the leader's host actor (-1: not placed yet)
 
 
 class TopicMetadata(NamedTuple):
@@ -72,7 +74,8 @@ class MetadataCache:
         meta = TopicMetadata(
             name,
             described["topic_id"],
-            [PartitionLeader(p["leader"], p["leader_epoch"]) for p in described["partitions"]],
+            [PartitionLeader(p["leader"], p["leader_epoch"], leader_host(p))
+             for p in described["partitions"]],
         )
         with self._lock:
             self._topics[name] = meta
@@ -110,15 +113,15 @@ class MetadataCache:
                 self.gateway.forget_replica(meta.topic_id, partition, leader.leader)
 
     def replica(self, topic: TopicMetadata, partition: int):
-        """The leader replica's actor handle for ``partition``; LeaderNotAvailable (retriable)
-        while the partition has no leader."""
-        leader = topic.partitions[partition].leader
+        """The leader replica's handle for ``partition``; LeaderNotAvailable (retriable)
+        while the partition has no leader, or its leader is still starting."""
+        leader, _, host = topic.partitions[partition]
         if leader == NO_LEADER:
             raise LeaderNotAvailable(
                 f"{topic.name}-{partition} has no leader right now (its in-sync replicas are "
                 "down); retrying until one comes back"
             )
-        return self.gateway.replica(topic.topic_id, partition, leader)
+        return self.gateway.replica(topic.topic_id, partition, leader, host)
 
     def leader_moved(self, name: str, partition: int, sent_to: PartitionLeader) -> bool:
         """Whether ``partition``'s leader is no longer ``sent_to`` (asking the controller at
@@ -135,3 +138,4 @@ class MetadataCache:
         if current is None or partition >= len(current.partitions):
             return False
         return current.partitions[partition] != sent_to
+

@@ -27,9 +27,13 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
                                                        heartbeats) or came back
     controller  {epoch}                                a controller process took over the log
     settings    {settings}                             the cluster settings now in force
+    host_slots  {broker_id, next}                      host slots below ``next`` were used
     request     {request_id, kind, topic_id}           an admin request was carried out on
                                                        this topic (a retry is answered, not
                                                        redone)
+    hosted      {topic_id, partition, broker_id, slot} this replica lives in host actor
+                                                       ``slot`` of its broker (see
+                                                       ``rafka.cluster.hosting``)
 
 Replica epochs play the part of KRaft's broker epochs, per replica: a number the controller
 hands a replica each time it starts, from one counter that only grows and is persisted here,
@@ -166,6 +170,9 @@ class MetadataImage:
         self.settings: dict[str, Any] = {}
         # request id -> (kind, topic id), oldest first
         self.requests: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
+        # (topic id, partition, broker) -> host slot; kept while the topic exists.
+        self.hosts: dict[tuple[str, int, int], int] = {}
+        self.next_host_slot: dict[int, int] = {}  # broker -> a slot number never used
         self.offset = -1
 
     # -- reading -------------------------------------------------------------------------------
@@ -225,6 +232,8 @@ class MetadataImage:
                 del self.replica_epochs[key]
             for key in [k for k in self.replica_nodes if k[0] == topic.topic_id]:
                 del self.replica_nodes[key]
+            for key in [k for k in self.hosts if k[0] == topic.topic_id]:
+                del self.hosts[key]
         elif kind == "producer_ids":
             self.next_producer_id = max(self.next_producer_id, record["next"])
         elif kind == "replica_epoch":
@@ -251,6 +260,13 @@ class MetadataImage:
             self.controller_epoch = max(self.controller_epoch, record["epoch"])
         elif kind == "settings":
             self.settings = dict(record["settings"])
+        elif kind == "hosted":
+            broker, slot = record["broker_id"], record["slot"]
+            self.hosts[(record["topic_id"], record["partition"], broker)] = slot
+            self.next_host_slot[broker] = max(self.next_host_slot.get(broker, 0), slot + 1)
+        elif kind == "host_slots":
+            broker = record["broker_id"]
+            self.next_host_slot[broker] = max(self.next_host_slot.get(broker, 0), record["next"])
         elif kind == "request":
             self.requests[record["request_id"]] = (record["kind"], record.get("topic_id"))
             while len(self.requests) > REMEMBERED_REQUESTS:
@@ -288,6 +304,11 @@ class MetadataImage:
         for key, node in self.replica_nodes.items():
             by_node.setdefault(node, []).append(list(key))
         out.extend({"type": "replica_nodes", "node": n, "replicas": r} for n, r in by_node.items())
+        out.extend({"type": "hosted", "topic_id": t, "partition": p, "broker_id": b, "slot": s}
+                   for (t, p, b), s in self.hosts.items())  # fmt: skip
+        # Slots of hosts emptied since are never used again (see rafka.cluster.hosting).
+        out.extend({"type": "host_slots", "broker_id": b, "next": n}
+                   for b, n in self.next_host_slot.items())  # fmt: skip
         out.extend({"type": "fenced", "broker_id": b, "fenced": True}
                    for b in sorted(self.fenced_brokers))  # fmt: skip
         if self.deleted_topics:
@@ -314,7 +335,7 @@ class MetadataImage:
                     raise InvalidRecord(f"topic {record['name']!r} ({topic_id}) already exists")
                 topics[topic_id] = set()
                 names[record["name"]] = topic_id
-            elif kind in ("partition", "config", "delete", "replica_epoch"):
+            elif kind in ("partition", "config", "delete", "replica_epoch", "hosted"):
                 if topic_id not in topics:
                     raise InvalidRecord(
                         f"a {kind} record names topic id {topic_id}, which does not exist"
@@ -322,9 +343,11 @@ class MetadataImage:
                 if kind == "partition":
                     _check_partition(PartitionState.from_record(record))
                     topics[topic_id].add(record["partition"])
-                elif kind == "replica_epoch" and record["partition"] not in topics[topic_id]:
+                elif kind in ("replica_epoch", "hosted") and (
+                    record["partition"] not in topics[topic_id]
+                ):
                     raise InvalidRecord(
-                        f"a replica epoch for partition {record['partition']} of topic id "
+                        f"a {kind} record for partition {record['partition']} of topic id "
                         f"{topic_id}, which has no such partition"
                     )
                 elif kind == "delete":
@@ -340,7 +363,7 @@ class MetadataImage:
 
 _OTHER_KINDS = frozenset({
     "broker", "producer_ids", "replica_epochs", "broker_node", "fenced", "controller",
-    "settings", "request", "deleted_topics",
+    "settings", "request", "deleted_topics", "host_slots",
 })  # fmt: skip
 
 

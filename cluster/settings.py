@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from rafka.cluster.group import GroupConfig
+from rafka.cluster.hosting import MAX_REPLICAS_PER_ACTOR
 from rafka.cluster.liveness import BROKER_HEARTBEAT_INTERVAL_MS, BROKER_SESSION_TIMEOUT_MS
 from rafka.cluster.replication import REPLICA_LAG_TIME_MAX_MS
 from rafka.errors import InvalidConfig
@@ -27,6 +28,9 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
                                 "a follower not caught up for this long leaves the ISR"),
     "replica.fetch.wait.max.ms": (500, int, 0, "long-poll time of a follower fetch"),
     "replica.fetch.max.bytes": (1 << 20, int, 1, "bytes a follower fetch asks for"),
+    "replicas.per.actor": (1, int, 1,
+                           "partition replicas one Ray actor process hosts (at most "
+                           f"{MAX_REPLICAS_PER_ACTOR}); 1 gives each replica a process"),
     "metadata.reconcile.interval.ms": (10_000, int, 10,
                                        "how often the controller re-pushes every partition "
                                        "state and creates or deletes replica actors to "
@@ -37,10 +41,13 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
     # call per replica, so rafka checks every 30 s.
     "leader.imbalance.check.interval.seconds": (30, int, 1,
                                                 "how often preferred leaders are restored"),
-    # Consumer groups. Kafka creates 50 offsets partitions; each partition here is a replica
-    # actor per copy plus one coordinator actor (about 57 MiB each), so rafka starts with 4.
+    # Consumer groups. Kafka creates 50 offsets partitions. Unpacked, each partition here is a
+    # replica actor per copy (about 58 MiB each), so rafka then starts with 4; with
+    # replicas.per.actor > 1 a replica costs next to nothing and it takes Kafka's 50 (see
+    # offsets_topic_partitions). A coordinator actor starts per shard in use either way.
     "offsets.topic.num.partitions": (4, int, 1,
-                                     "partitions of __consumer_offsets = coordinator shards"),
+                                     "partitions of __consumer_offsets = coordinator shards "
+                                     "(default 4, or Kafka's 50 when replicas.per.actor > 1)"),
     "offsets.topic.replication.factor": (3, int, 1,
                                          "copies of __consumer_offsets (at most the brokers)"),
     "offsets.commit.timeout.ms": (5_000, int, 1,
@@ -57,6 +64,10 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
 }  # fmt: skip
 
 
+#: Upper bounds of the settings that have one.
+MOST_ALLOWED: dict[str, int] = {"replicas.per.actor": MAX_REPLICAS_PER_ACTOR}
+
+
 def group_config(settings: Mapping[str, Any]) -> GroupConfig:
     """The group coordinator's limits from the cluster settings."""
     return GroupConfig(
@@ -67,6 +78,20 @@ def group_config(settings: Mapping[str, Any]) -> GroupConfig:
         offset_metadata_max_bytes=setting(settings, "offset.metadata.max.bytes"),
         offsets_retention_ms=setting(settings, "offsets.retention.minutes") * 60_000,
     )
+
+
+#: Kafka's default partition count of __consumer_offsets, taken when replicas are packed.
+KAFKA_OFFSETS_PARTITIONS = 50
+
+
+def offsets_topic_partitions(settings: Mapping[str, Any]) -> int:
+    """Partitions of __consumer_offsets: the setting when given; otherwise Kafka's 50 when
+    replicas are packed (``replicas.per.actor`` > 1), and 4 when each is a process."""
+    if "offsets.topic.num.partitions" in settings:
+        return int(settings["offsets.topic.num.partitions"])
+    if setting(settings, "replicas.per.actor") > 1:
+        return KAFKA_OFFSETS_PARTITIONS
+    return setting(settings, "offsets.topic.num.partitions")
 
 
 def validate_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -94,6 +119,9 @@ def validate_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
                 ) from None
             if value < least:
                 raise InvalidConfig(f"cluster setting {name}={value} must be >= {least}")
+            most = MOST_ALLOWED.get(name)
+            if most is not None and value > most:
+                raise InvalidConfig(f"cluster setting {name}={value} must be <= {most}")
         out[name] = value
     return out
 

@@ -178,6 +178,13 @@ class InvalidPartitions(RafkaError):
     errno = 37
 
 
+class PolicyViolation(RafkaError):
+    """A request the cluster could carry out only by breaking one of its limits (a topic
+    whose replicas would not fit in the memory of their brokers' nodes, say)."""
+
+    errno = 44
+
+
 class InvalidReplicationFactor(RafkaError):
     """The replication factor is not positive or exceeds the number of brokers."""
 

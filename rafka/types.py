@@ -48,7 +48,9 @@ class PartitionDescription(NamedTuple):
     preferred leader first, ``isr`` those in sync. While a reassignment runs, ``adding`` and
     ``removing`` name the replicas it brings in and takes out (both are in ``replicas``
     until it completes; empty tuples otherwise). ``offline`` is True when the partition has
-    no live leader, so it can be neither written nor read."""
+    no live leader, so it can be neither written nor read. ``starting`` names the brokers
+    whose replica is still starting (a new topic's, say): until its leader's replica runs,
+    writes and reads wait (retriable LeaderNotAvailable)."""
 
     partition: int
     leader: int
@@ -58,6 +60,7 @@ class PartitionDescription(NamedTuple):
     adding: list | tuple = ()
     removing: list | tuple = ()
     offline: bool = False
+    starting: list | tuple = ()
 
     @property
     def replication_factor(self) -> int:

@@ -137,6 +137,7 @@ class Log(LogRemovals):
         self._rebuild_producer_state()
         self.high_watermark = self.log_start_offset
         self._set_high_watermark(self.files.read_high_watermark())
+        self._checkpointed_high_watermark = -1  # not written by this life yet
         self.flush_policy = FlushPolicy(self.config, self.clock())
         if self.recovery_report.dropped_data:
             log.warning("%s: %s", directory, self.recovery_report.summary())
@@ -377,7 +378,11 @@ class Log(LogRemovals):
     # -- closing -------------------------------------------------------------------------------
 
     def checkpoint_high_watermark(self) -> None:
-        self.files.write_high_watermark(self.high_watermark)
+        """Write the high watermark's checkpoint file, unless it holds this value already
+        (an idle log writes nothing)."""
+        if self.high_watermark != self._checkpointed_high_watermark:
+            self.files.write_high_watermark(self.high_watermark)
+            self._checkpointed_high_watermark = self.high_watermark
 
     def close(self) -> None:
         """Seal, flush, checkpoint and mark the shutdown clean, so the next open skips

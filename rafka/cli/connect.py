@@ -61,10 +61,11 @@ def join_ray(address: str, namespace: str | None) -> None:
     import ray
 
     from rafka.actors.placement import default_namespace
-    from rafka.actors.service import AUTH_MODE_ENV
+    from rafka.actors.service import AUTH_MODE_ENV, check_ray_answers
 
     if ray.is_initialized():
         return
+    check_ray_answers(address)  # a dead address fails in seconds, not minutes
     os.environ.setdefault(AUTH_MODE_ENV, "disabled")
     ray.init(
         address=address, namespace=namespace or default_namespace(), log_to_driver=False,

@@ -173,7 +173,7 @@ def partition_fields(p: Any) -> dict[str, Any]:
         "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
         "replicas": list(p.replicas), "isr": list(p.isr), "adding": list(p.adding),
         "removing": list(p.removing), "offline": p.offline,
-        "under_replicated": p.under_replicated,
+        "under_replicated": p.under_replicated, "starting": list(p.starting),
     }  # fmt: skip
 
 
@@ -190,6 +190,8 @@ def partition_line(p: dict[str, Any], with_topic: bool = False) -> str:
         line += f"\tAdding Replicas: {_ids(p['adding'])}"
     if p.get("removing"):
         line += f"\tRemoving Replicas: {_ids(p['removing'])}"
+    if p.get("starting"):
+        line += f"\tStarting: {_ids(p['starting'])}"
     if p.get("offline"):
         line += "\tOffline: yes"
     if p.get("high_watermark") is not None:

@@ -139,7 +139,8 @@ def _topics_describe(args: argparse.Namespace) -> int:
         admin = cluster.admin()
         described = admin.describe_topic(args.name)
         try:
-            offsets = {o["partition"]: o for o in admin.partition_offsets(args.name)}
+            offsets = {o["partition"]: o
+                       for o in admin.partition_offsets(args.name, timeout_s=0)}  # fmt: skip
         except RafkaError as e:  # a partition without a live leader: show the metadata
             print(f"warning: offsets unavailable: {type(e).__name__}: {e}", file=sys.stderr)
             offsets = {}

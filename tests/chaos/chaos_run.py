@@ -516,6 +516,7 @@ def run(args: argparse.Namespace, report: dict) -> dict:
         (args.min_gap, args.max_gap),
     )
     report.update({"seed": args.seed, "disks": disks, "partitions": args.partitions,
+                    "replicas_per_actor": args.replicas_per_actor,
                     "producers": args.producers, "rate_per_producer": args.rate,
                     "duration_s": args.duration, "max_down": args.max_down,
                     "schedule": [list(step) for step in schedule]})  # fmt: skip
@@ -523,7 +524,7 @@ def run(args: argparse.Namespace, report: dict) -> dict:
     producers: list[ProducerThread] = []
     progress(f"starting {len(disks)} disk nodes")
     local = LocalCluster(data_dir, disks, namespace=f"chaos-{args.seed}",
-                              settings=SETTINGS)  # fmt: skip
+                         settings={**SETTINGS, "replicas.per.actor": args.replicas_per_actor})
     try:
         cluster = local.start()
         report["start_s"] = round(time.monotonic() - t0, 1)
@@ -718,6 +719,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dump", help="write every record's outcome and the read log here")
     parser.add_argument("--disks", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--replicas-per-actor", type=int, default=1,
+                        help="the cluster's replicas.per.actor (1: a process per replica)")
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--rate", type=float, default=200, help="records/s per producer")
     parser.add_argument("--value-size", type=int, default=64)

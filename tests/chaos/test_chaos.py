@@ -19,12 +19,15 @@ DURATION_S = float(os.environ.get("RAFKA_CHAOS_DURATION", "60"))
 
 
 @pytest.mark.slow
-def test_acknowledged_writes_survive_nodes_dying_and_coming_back(tmp_path):
+@pytest.mark.parametrize("replicas_per_actor", [1, 100], ids=["a process per replica", "packed"])
+def test_acknowledged_writes_survive_nodes_dying_and_coming_back(tmp_path, replicas_per_actor):
     """Every acknowledged record is read back once, at its acknowledged offset, in its
-    producer's order, the same in two reads, and no definitely failed write shows up."""
+    producer's order, the same in two reads, and no definitely failed write shows up; with
+    every replica in its own process and with a disk's replicas packed in one."""
     stdout, stderr = tmp_path / "chaos.out", tmp_path / "chaos.err"
     command = [sys.executable, SCRIPT, "--seed", str(SEED), "--duration", str(DURATION_S),
-               "--data-dir", str(tmp_path / "data")]  # fmt: skip
+               "--data-dir", str(tmp_path / "data"),
+               "--replicas-per-actor", str(replicas_per_actor)]  # fmt: skip
     # Its own process (the test session may hold a Ray connection) in its own session, so a
     # run that hangs is stopped with every Ray process it started.
     with open(stdout, "w") as out, open(stderr, "w") as err:

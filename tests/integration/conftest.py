@@ -60,8 +60,9 @@ def cluster(ray_session, data_dir):
 
 @pytest.fixture
 def make_topic(cluster):
-    """Create topics with unique names; delete them after the test (each partition is an
-    actor process, so tests clean up after themselves)."""
+    """Create topics with unique names, running (their replicas start in the background:
+    tests that call replicas directly need them up); delete them after the test (each
+    partition is an actor process, so tests clean up after themselves)."""
     admin = cluster.admin()
     created = []
 
@@ -69,6 +70,7 @@ def make_topic(cluster):
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
         admin.create_topic(name, partitions=partitions, config=config)
         created.append(name)
+        admin.wait_for_topic(name)
         return name
 
     yield make

@@ -41,6 +41,7 @@ from rafka import TopicPartition  # noqa: E402
 from rafka.actors.local_cluster import LocalCluster, wait_for  # noqa: E402
 from rafka.actors.placement import CONTROLLER_NAME, replica_name  # noqa: E402
 from rafka.errors import RafkaError, UnknownTopicOrPartition  # noqa: E402
+import replica_lookup  # noqa: E402  (beside this script, which runs as a program)
 
 DISKS = ["d0", "d1", "d2"]
 NAMESPACE = "controller-restarts"
@@ -190,12 +191,8 @@ def delete_quietly(ctx: Context, name: str) -> None:
 
 
 def running_replicas(ctx: Context, topic_id: str) -> set[str]:
-    """Names of the live replica actors of topic id ``topic_id``."""
-    prefix = f"rafka-replica-{topic_id}-"
-    return {
-        a["name"] for a in ctx.ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == ctx.namespace and a["name"].startswith(prefix)
-    }  # fmt: skip
+    """Names (``replica_name``) of the running replicas of topic id ``topic_id``."""
+    return replica_lookup.running_replicas(ctx.ray, ctx.namespace, topic_id)
 
 
 def named_replicas(described) -> set[str]:
@@ -209,10 +206,8 @@ def named_replicas(described) -> set[str]:
 def replica_view(ctx: Context, topic_id: str, partition: int, broker: int):
     """A replica actor's own description (leader, leader_epoch, role, ...), or a string
     saying why there is none."""
-    name = replica_name(topic_id, partition, broker)
-    try:
-        handle = ctx.ray.get_actor(name, namespace=ctx.namespace)
-    except ValueError:
+    handle = replica_lookup.find_replica(ctx.ray, ctx.namespace, topic_id, partition, broker)
+    if handle is None:
         return "not running"
     try:
         return ctx.ray.get(handle.describe.remote(), timeout=10)
@@ -543,10 +538,10 @@ def elected_while_killing(ctx: Context, facts: dict) -> None:
         writer = KeyedWriter(ctx, name)
         writer.wait_for_acks(100, CONVERGE_S, "before the failover")
 
-        # Leadership leaves the preferred replica: its actor dies and restarts, uncleanly,
-        # so the in-sync follower takes over.
-        handle = ray.get_actor(replica_name(topic_id, 0, preferred), namespace=ctx.namespace)
-        ray.kill(handle, no_restart=False)
+        # Leadership leaves the preferred replica: its host actor dies and restarts,
+        # uncleanly, so the in-sync follower takes over.
+        handle = replica_lookup.find_replica(ray, ctx.namespace, topic_id, 0, preferred)
+        ray.kill(handle.host, no_restart=False)
         facts["failed_over"] = converge(
             lambda: ((p := admin.describe_topic(name).partitions[0]).leader not in (preferred, -1),
                      p._asdict()),

@@ -50,6 +50,7 @@ def test_topics_create_list_describe_alter_delete(cluster, capsys):
     status, out, _ = run(capsys, cluster, "topics", "list")
     assert status == 0 and name in out.splitlines()
 
+    cluster.admin().wait_for_topic(name)  # its replicas start in the background
     status, out, err = run(capsys, cluster, "topics", "describe", name)
     assert status == 0, err
     header, *rows = out.splitlines()
@@ -65,6 +66,7 @@ def test_topics_create_list_describe_alter_delete(cluster, capsys):
     assert status == 0, err
     status, out, _ = run(capsys, cluster, "topics", "add-partitions", name, "--total", "3")
     assert status == 0 and "3 partition(s)" in out
+    cluster.admin().wait_for_topic(name)
 
     status, out, err = run(capsys, cluster, "topics", "describe", name, "--json")
     assert status == 0, err

@@ -89,7 +89,7 @@ class FakeController:
 
 
 class FakeAdmin(Admin):
-    def partition_offsets(self, name: str) -> list[dict[str, Any]]:
+    def partition_offsets(self, name: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:
         return [
             {"partition": p["partition"], "log_start_offset": 0, "high_watermark": 5,
              "log_end_offset": 6, "size_bytes": 2048}

@@ -111,6 +111,10 @@ class FakeAgent:
                 deleted += 1
         return deleted
 
+    async def hosted(self) -> list[list]:
+        return [list(a.key) for a in self.registry.actors.values()
+                if isinstance(a, FakeReplica) and a.key[2] == self.broker_id]  # fmt: skip
+
     async def ping(self) -> int:
         return self.broker_id
 
@@ -156,6 +160,14 @@ class FakeRay:
 
     def find(self, name: str):
         return self.registry.actors.get(name)
+
+    def replica(self, topic_id: str, partition: int, broker_id: int, slot: int):
+        """The replica, whatever its host: the fake has no host actors."""
+        return self.registry.actors.get(replica_name(topic_id, partition, broker_id))
+
+    def push_states(self, pushes: list, on_failure: Callable) -> None:
+        for handle, state in pushes:
+            self.send(handle, "update_state", state, on_failure=lambda s=state: on_failure(s))
 
     def _broker_of(self, handle) -> int | None:
         if isinstance(handle, FakeAgent):

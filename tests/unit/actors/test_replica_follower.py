@@ -83,8 +83,10 @@ class FakeReplica:
         self.leader = None
         self.topic, self.topic_id, self.partition, self.broker_id = "t", "tid", 0, 2
         self.namespace = None
+        self.fetches = None  # alone: straight to the leader's handle
         self.replica_epoch = 7
-        self.state = {"leader": LEADER, "leader_epoch": EPOCH}
+        self.state = {"leader": LEADER, "leader_epoch": EPOCH, "replicas": [LEADER, 2],
+                      "hosts": [0, 0]}
         self.settings: dict[str, Any] = {}
         self.logger = logging.getLogger("test.follower")
         self.controller = FakeController()
@@ -116,7 +118,7 @@ def test_a_follower_whose_appends_fail_reports_itself_and_catches_up_when_they_w
 
     log.append_as_follower = failing_append
     follower = ReplicaFollower(replica)
-    follower._handles[LEADER] = leader
+    follower._handles[LEADER] = (0, leader)
 
     async def run() -> None:
         follower.start_if_needed()
@@ -143,7 +145,7 @@ def test_a_fetch_loop_replaced_while_its_fetch_is_answered_stops_without_writing
     replica = FakeReplica(log)
     leader = FakeLeader(5)
     follower = ReplicaFollower(replica)
-    follower._handles[LEADER] = leader
+    follower._handles[LEADER] = (0, leader)
     replaced = []
     real = FakeLeader.replicate.fget(leader).remote
 
@@ -162,7 +164,7 @@ def test_a_fetch_loop_replaced_while_its_fetch_is_answered_stops_without_writing
     class Leader:
         replicate = Replacing
 
-    follower._handles[LEADER] = Leader()
+    follower._handles[LEADER] = (0, Leader())
 
     old_loop_ended = []
 

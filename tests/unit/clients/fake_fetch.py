@@ -112,7 +112,7 @@ class FakeFetchGateway:
             return {n: {"topic_id": f"{n}-id", "partitions": partitions} for n in args[0]}
         raise AssertionError(f"unexpected controller call {method}{args}")
 
-    def replica(self, topic_id: str, partition: int, broker_id: int) -> int:
+    def replica(self, topic_id: str, partition: int, broker_id: int, host: int = -1) -> int:
         return partition
 
     def forget_replica(self, topic_id: str, partition: int, broker_id: int) -> None:

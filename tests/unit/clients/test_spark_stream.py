@@ -24,7 +24,7 @@ class FakeAdmin:
     def __init__(self, cluster: "FakeCluster") -> None:
         self.cluster = cluster
 
-    def partition_offsets(self, topic: str) -> list[dict]:
+    def partition_offsets(self, topic: str, timeout_s: float = 60.0) -> list[dict]:
         return [
             {"partition": p, "log_start_offset": 0, "high_watermark": hw, "role": "leader"}
             for p, hw in enumerate(self.cluster.high_watermarks)

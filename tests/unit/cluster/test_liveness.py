@@ -77,3 +77,14 @@ def test_defaults_give_several_heartbeats_per_session():
     not a death."""
     assert (BROKER_HEARTBEAT_INTERVAL_MS, BROKER_SESSION_TIMEOUT_MS) == (200, 1000)
     assert BrokerLiveness().session_timeout_ms == BROKER_SESSION_TIMEOUT_MS
+
+
+def test_time_the_controller_could_not_listen_is_nobodys_silence():
+    """A controller starved of CPU for two sessions wakes with every heartbeat old: that
+    stall does not make a suspect of anyone; real silence afterwards still does."""
+    live = BrokerLiveness(session_timeout_ms=1000)
+    live.heartbeat(1, now_ms=0)
+    live.heartbeat(2, now_ms=0)
+    live.not_listening(2000)  # woke at 2,100 ms instead of 100
+    assert live.suspects(now_ms=2100) == []
+    assert live.suspects(now_ms=3200) == [1, 2]

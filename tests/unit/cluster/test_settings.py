@@ -42,3 +42,24 @@ def test_every_default_passes_its_own_check():
     """The table is consistent: each default is a valid value of its setting."""
     defaults = {name: spec[0] for name, spec in BROKER_SETTINGS.items()}
     assert validate_settings(defaults) == defaults
+
+
+def test_packed_replicas_give_the_offsets_topic_kafkas_partition_count():
+    from rafka.cluster.settings import offsets_topic_partitions
+
+    assert offsets_topic_partitions({}) == 4
+    assert offsets_topic_partitions({"replicas.per.actor": 100}) == 50
+    given = {"replicas.per.actor": 100, "offsets.topic.num.partitions": 8}
+    assert offsets_topic_partitions(given) == 8
+
+
+def test_replicas_per_actor_out_of_range_is_refused_saying_the_range():
+    import pytest
+
+    from rafka.cluster.settings import validate_settings
+    from rafka.errors import InvalidConfig
+
+    for bad in (0, 1001, "many"):
+        with pytest.raises(InvalidConfig, match="replicas.per.actor"):
+            validate_settings({"replicas.per.actor": bad})
+    assert validate_settings({"replicas.per.actor": "100"}) == {"replicas.per.actor": 100}

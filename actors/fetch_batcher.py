@@ -1,0 +1,65 @@
+"""Follower fetches of one host's replicas, sent to each leader host together.
+
+Every follower replica runs its own fetch loop (``replica_follower``), but a host holding a
+hundred followers of partitions led in the same host would make a hundred calls per
+round, and an idle replica would cost a Ray call per long poll. As Kafka's replica fetcher
+sends one fetch per source broker for all the partitions it follows there, the requests
+the follower loops of one host make in the same moment (one turn of the event loop) to one
+leader host go as one ``replicate_many`` call; each loop gets its own answer back.
+
+The leader host answers a batch as soon as one of its fetches has something (records, a
+divergence, an error) or the longest wait is over; the others are answered with what they
+have then (see ``ReplicaHost.replicate_many``). A loop that sends again while a batch is out
+is not held back: its request goes in the next batch at once.
+
+Run on the host's event loop; nothing is persisted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rafka.actors.replica_handle import ReplicaHandle
+
+
+class FetchBatcher:
+    """Batches ``replicate`` calls per leader host."""
+
+    def __init__(self) -> None:
+        # leader host handle -> requests waiting to be sent: (topic id, partition, args), future
+        self._queued: dict[Any, list[tuple[tuple, asyncio.Future]]] = {}
+        self.batches_sent = 0
+
+    async def replicate(self, leader: ReplicaHandle, *args: Any) -> tuple:
+        """The answer of ``leader``'s replica to a follower fetch with ``args`` (see
+        ``PartitionReplica.replicate``); raises what the call to its host raised."""
+        future = asyncio.get_running_loop().create_future()
+        queue = self._queued.get(leader.host)
+        if queue is None:
+            queue = self._queued[leader.host] = []
+            loop = asyncio.get_running_loop()
+            # Two turns: loops woken by the same answer all get to ask again first.
+            loop.call_soon(loop.call_soon, self._send, leader.host)
+        queue.append(((leader.topic_id, leader.partition, *args), future))
+        return await future
+
+    def _send(self, host) -> None:
+        batch = self._queued.pop(host, [])
+        live = [(request, future) for request, future in batch if not future.done()]
+        if live:
+            self.batches_sent += 1
+            asyncio.get_running_loop().create_task(self._call(host, live))
+
+    @staticmethod
+    async def _call(host, batch: list[tuple[tuple, asyncio.Future]]) -> None:
+        try:
+            answers = await host.replicate_many.remote([request for request, _ in batch])
+        except Exception as e:  # the host died or restarts: every fetch in it failed
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(e)
+            return
+        for (_, future), answer in zip(batch, answers):
+            if not future.done():  # its loop stopped waiting (stopped, or timed out)
+                future.set_result(answer)

@@ -1,0 +1,149 @@
+"""Which host actor holds each replica: the controller's decision, kept in the metadata.
+
+A replica (a topic id, a partition and a broker) lives in one *host*: a Ray actor pinned to
+its broker's disk that holds up to ``replicas.per.actor`` replicas. Hosts are numbered per
+broker (their *slot*); a host's actor name is ``host_name(broker, slot)``. With the default of
+one replica per actor every replica gets a host of its own.
+
+Invariants:
+
+- a replica keeps its slot for as long as its topic exists (moved away and back, it returns
+  to the same host, so a late deletion and a creation of the same replica meet in one place);
+- a slot is filled only while a replica the metadata names holds it, or is new: a host
+  emptied of named replicas may be being stopped, so it is never filled again, and a new
+  host always gets a slot number never used on that broker;
+- a host holds at most ``per_actor`` replicas named by the metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+from rafka.errors import PolicyViolation
+
+HOST_PREFIX = "rafka-host-"
+#: The most replicas one host actor may hold (``replicas.per.actor``): beyond this a host's
+#: event loop and its restart (every replica recovers its log, one after another) get long.
+MAX_REPLICAS_PER_ACTOR = 1000
+#: Slot of a replica the metadata has not placed in a host yet (it is starting).
+NO_HOST = -1
+#: Unique memory of a host actor process before its replicas, bytes (measured: 58 MiB).
+HOST_BASE_BYTES = 58 << 20
+#: Unique memory of one idle replica in a host beyond that base, bytes (``python -m bench
+#: scale`` measures it; this is the figure the memory check plans with).
+REPLICA_BYTES = 2 << 20
+#: Share of a node's available memory that new replicas may be planned to take.
+MEMORY_SHARE = 0.8
+
+ReplicaKey = tuple[str, int, int]  # (topic id, partition, broker id)
+
+
+def host_name(broker_id: int, slot: int) -> str:
+    """Ray actor name of host ``slot`` of ``broker_id``."""
+    return f"{HOST_PREFIX}b{broker_id}-{slot}"
+
+
+def named_replicas(image) -> set[ReplicaKey]:
+    """Every replica the metadata names now."""
+    return {
+        (topic.topic_id, p.partition, b)
+        for topic in image.topics.values()
+        for p in topic.partitions.values()
+        for b in p.replicas
+    }
+
+
+def place(image, keys: Iterable[ReplicaKey], per_actor: int) -> list[dict[str, Any]]:
+    """``hosted`` records that give each of ``keys`` without a host one: the fullest host of
+    its broker that has room (fewest hosts stay busy), else a new host. Keys already placed
+    are left where they are."""
+    named = named_replicas(image)
+    load: dict[tuple[int, int], int] = {}  # (broker, slot) -> named replicas in it
+    for (topic_id, partition, broker), slot in image.hosts.items():
+        if (topic_id, partition, broker) in named:
+            load[broker, slot] = load.get((broker, slot), 0) + 1
+    next_slot = dict(image.next_host_slot)
+    records = []
+    for key in sorted(set(keys)):
+        if key in image.hosts:
+            continue
+        broker = key[2]
+        open_hosts = [(n, s) for (b, s), n in load.items() if b == broker and n < per_actor]
+        if open_hosts:
+            _, slot = max(open_hosts, key=lambda ns: (ns[0], -ns[1]))
+        else:
+            slot = next_slot.get(broker, 0)
+            next_slot[broker] = slot + 1
+        load[broker, slot] = load.get((broker, slot), 0) + 1
+        records.append({"type": "hosted", "topic_id": key[0], "partition": key[1],
+                        "broker_id": broker, "slot": slot})  # fmt: skip
+    return records
+
+
+def slots_of(image, topic_id: str, partition: int, replicas: list[int]) -> list[int]:
+    """The host slot of each of ``replicas`` (NO_HOST where none is recorded)."""
+    return [image.hosts.get((topic_id, partition, b), NO_HOST) for b in replicas]
+
+
+def host_loads(image) -> dict[int, dict[int, int]]:
+    """broker -> slot -> replicas the metadata names in that host."""
+    named = named_replicas(image)
+    out: dict[int, dict[int, int]] = {}
+    for key, slot in image.hosts.items():
+        if key in named:
+            by_slot = out.setdefault(key[2], {})
+            by_slot[slot] = by_slot.get(slot, 0) + 1
+    return out
+
+
+def new_hosts(image, broker_id: int, count: int, per_actor: int) -> int:
+    """Host actors ``count`` more replicas on ``broker_id`` would start (its open hosts are
+    filled first, as ``place`` does)."""
+    room = sum(per_actor - n for n in host_loads(image).get(broker_id, {}).values()
+               if 0 < n < per_actor)  # fmt: skip
+    return math.ceil(max(0, count - room) / per_actor)
+
+
+def memory_needed(image, broker_id: int, count: int, per_actor: int) -> int:
+    """Bytes ``count`` more replicas on ``broker_id`` are planned to take."""
+    return new_hosts(image, broker_id, count, per_actor) * HOST_BASE_BYTES + count * REPLICA_BYTES
+
+
+def replicas_that_fit(available: int, per_actor: int) -> int:
+    """How many replicas fit in ``available`` bytes in new hosts of ``per_actor`` each."""
+    per_host = HOST_BASE_BYTES + per_actor * REPLICA_BYTES
+    budget = int(available * MEMORY_SHARE)
+    whole, rest = divmod(budget, per_host)
+    return whole * per_actor + max(0, min(per_actor, (rest - HOST_BASE_BYTES) // REPLICA_BYTES))
+
+
+def check_fits(
+    image, new_by_broker: Mapping[int, int], per_actor: int, available: Mapping[int, int],
+    what: str,
+) -> None:
+    """PolicyViolation when the new replicas of ``what`` (count per broker) would take more
+    than MEMORY_SHARE of a broker node's available memory (``available``, bytes, per
+    broker; brokers not in it are not checked), saying how many fit and what to change."""
+    for broker_id, count in sorted(new_by_broker.items()):
+        free = available.get(broker_id)
+        if free is None or count <= 0:
+            continue
+        needed = memory_needed(image, broker_id, count, per_actor)
+        if needed <= free * MEMORY_SHARE:
+            continue
+        fit = replicas_that_fit(free, per_actor)
+        packed = max(per_actor, 100)
+        advice = (
+            f"set the cluster setting replicas.per.actor to {packed} or more when the services "
+            f"start (rafka.connect(settings={{'replicas.per.actor': {packed}}}) or `rafka up "
+            f"--set replicas.per.actor={packed}`: then about "
+            f"{replicas_that_fit(free, packed):,} fit), "
+            if per_actor < packed else ""
+        )
+        raise PolicyViolation(
+            f"{what} would put {count} replica(s) on broker {broker_id}, about "
+            f"{needed / 2**30:.1f} GiB with replicas.per.actor={per_actor}, but its node has "
+            f"{free / 2**30:.1f} GiB available: about {fit:,} new replica(s) fit there now; "
+            f"{advice}or ask for fewer partitions or a lower replication factor"
+        )

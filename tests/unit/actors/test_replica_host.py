@@ -1,0 +1,188 @@
+"""A host actor's hosting, outside Ray: the replicas it holds, the members file it reopens them
+from after a restart, and calls routed to the replica they name."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import numpy as np
+import pytest
+
+from rafka.actors.replica_host import ReplicaHost, members_path, read_members
+from rafka.errors import NotLeaderOrFollower
+from rafka.storage import record_batch as rb
+
+
+def state(partition: int, topic_id: str = "tid") -> dict:
+    """A replica that leads alone (no follower loop, no controller call)."""
+    return {
+        "topic": "orders", "topic_id": topic_id, "partition": partition, "broker_id": 1,
+        "replicas": [1], "isr": [1], "leader": 1, "leader_epoch": 0, "partition_epoch": 0,
+        "config": {}, "replica_epoch": 1, "hosts": [0],
+    }  # fmt: skip
+
+
+class QuietLink:
+    """A controller that never answers (a restarted replica keeps waiting to check in)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def call(self, method: str, *args, timeout_s: float = 10.0):
+        self.calls.append((method, *args))
+        await asyncio.sleep(3600)
+
+
+def _batch(value: bytes) -> np.ndarray:
+    return np.frombuffer(rb.encode_batch([value], timestamps=1), dtype=np.uint8)
+
+
+def test_a_host_holds_many_replicas_and_routes_each_call_to_the_one_it_names(tmp_path):
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=1, slot=0)
+        described = await host.add_replicas([state(p) for p in range(3)])
+        assert [d["partition"] for d in described] == [0, 1, 2]
+        assert all(d["role"] == "leader" for d in described)
+        answer = await host.produce("tid", 1, _batch(b"one"), 1, 1000)
+        assert answer[0] == 0
+        _, _, hw, *_ = await host.fetch("tid", 1, 0, 1 << 20, 1, 0)
+        _, _, hw0, *_ = await host.fetch("tid", 0, 0, 1 << 20, 1, 0)
+        assert (hw, hw0) == (1, 0)
+        with pytest.raises(NotLeaderOrFollower):
+            await host.fetch("tid", 7, 0, 1 << 20, 1, 0)
+        await host.close_all()
+
+    asyncio.run(run())
+
+
+def test_adding_a_replica_already_held_leaves_it_as_it_is(tmp_path):
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=1, slot=0)
+        await host.add_replicas([state(0)])
+        held = host.replicas[("tid", 0)]
+        await host.add_replicas([state(0), state(1)])
+        assert host.replicas[("tid", 0)] is held
+        assert await host.count() == 2
+        await host.close_all()
+
+    asyncio.run(run())
+
+
+def test_a_restarted_host_reopens_every_replica_and_each_waits_to_check_in(tmp_path):
+    """A replica named in the members file ran before: whatever its files say, it neither
+    leads nor follows until the controller answers its check-in."""
+
+    async def first_life():
+        host = ReplicaHost(str(tmp_path), broker_id=1, slot=4)
+        await host.add_replicas([state(p) for p in range(3)])
+        await host.produce("tid", 2, _batch(b"kept"), 1, 1000)
+        await host.close_all()
+
+    asyncio.run(first_life())
+    assert len(read_members(members_path(str(tmp_path), 4))) == 3
+
+    async def second_life():
+        host = ReplicaHost(str(tmp_path), broker_id=1, slot=4)
+        assert sorted(host.replicas) == [("tid", 0), ("tid", 1), ("tid", 2)]
+        links = {}
+        for key, replica in host.replicas.items():
+            replica.controller = links[key] = QuietLink()
+        await host.ready()
+        await asyncio.sleep(0.05)
+        assert all(not r.checked_in and r.leader is None for r in host.replicas.values())
+        assert all(link.calls[0][0] == "replica_started" for link in links.values())
+        assert host.replicas[("tid", 2)].log.log_end_offset == 1
+        await host.close_all()
+
+    asyncio.run(second_life())
+
+
+def test_a_removed_replica_leaves_the_members_file_and_its_files_are_deleted(tmp_path):
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=1, slot=0)
+        await host.add_replicas([state(0), state(1)])
+        directory = host.replicas[("tid", 1)].directory
+        assert await host.remove("tid", 1, delete_files=True)
+        assert not os.path.exists(directory)
+        assert [s["partition"] for s in read_members(members_path(str(tmp_path), 0))] == [0]
+        assert not await host.remove("tid", 1, delete_files=True)
+        await host.close_all()
+
+    asyncio.run(run())
+
+
+def test_batched_state_pushes_reach_each_replica_held(tmp_path):
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=1, slot=0)
+        await host.add_replicas([state(0), state(1)])
+        newer = [{**state(p), "leader_epoch": 1, "partition_epoch": 1} for p in (0, 1, 9)]
+        assert await host.update_states(newer) == 2
+        assert [host.replicas[("tid", p)].state["leader_epoch"] for p in (0, 1)] == [1, 1]
+        await host.close_all()
+
+    asyncio.run(run())
+
+
+def follower_state(partition: int) -> dict:
+    """A replica of broker 1 following broker 2's (which this test never runs)."""
+    return {**state(partition), "replicas": [2, 1], "isr": [2, 1], "leader": 2,
+            "hosts": [0, 0]}  # fmt: skip
+
+
+def test_a_batch_of_follower_fetches_is_answered_when_one_has_records(tmp_path):
+    """Three followers wait on one leader host; a write to one partition answers the whole
+    batch at once: that fetch with the records, the others empty, none after its wait."""
+    import time
+
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=2, slot=0)
+        leaders = [{**state(p), "broker_id": 2, "replicas": [2, 1], "isr": [2, 1],
+                    "leader": 2} for p in range(3)]  # fmt: skip
+        await host.add_replicas(leaders)
+        fetch = [("tid", p, 1, 0, 0, -1, 1 << 20, 5000, 1) for p in range(3)]
+        began = time.monotonic()
+        answering = asyncio.get_running_loop().create_task(host.replicate_many(fetch))
+        await asyncio.sleep(0.2)
+        assert not answering.done()  # long-polling: nothing to send yet
+        await host.produce("tid", 1, _batch(b"new"), 1, 1000)
+        answers = await asyncio.wait_for(answering, 2)
+        assert time.monotonic() - began < 2
+        assert [a[0] for a in answers] == [0, 0, 0]
+        assert [len(a[7]) > 0 for a in answers] == [False, True, False]
+        missing = await host.replicate_many([("tid", 9, 1, 0, 0, -1, 1 << 20, 5000, 1)])
+        assert missing[0][0] == NotLeaderOrFollower.errno
+        await host.close_all()
+
+    asyncio.run(run())
+
+
+def test_follower_fetches_of_one_moment_go_to_a_leader_host_in_one_call(tmp_path):
+    from rafka.actors.fetch_batcher import FetchBatcher
+    from rafka.actors.replica_handle import ReplicaHandle
+
+    class Leader:
+        """A leader host whose replicate_many answers each fetch with its partition."""
+
+        def __init__(self) -> None:
+            self.calls: list[list] = []
+            self.replicate_many = self
+
+        def remote(self, requests):
+            self.calls.append(requests)
+            future = asyncio.get_running_loop().create_future()
+            future.set_result([("answer", r[1]) for r in requests])
+            return future
+
+    async def run():
+        leader, batcher = Leader(), FetchBatcher()
+        answers = await asyncio.gather(*(
+            batcher.replicate(ReplicaHandle(leader, "tid", p), 1, 0, 0, -1, 1, 500, 1)
+            for p in range(5)
+        ))  # fmt: skip
+        assert answers == [("answer", p) for p in range(5)]
+        assert len(leader.calls) == 1 and len(leader.calls[0]) == 5
+        await batcher.replicate(ReplicaHandle(leader, "tid", 0), 1, 0, 0, -1, 1, 500, 1)
+        assert len(leader.calls) == 2
+
+    asyncio.run(run())
