@@ -35,6 +35,9 @@ REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
                     "replica.fetch.max.bytes")  # fmt: skip
 
 
+#: How long the reconcile waits for an agent's list of the replicas its hosts hold, s.
+HOSTED_TIMEOUT_S = 20.0
+
 #: What of a replica's state may change while its actor starts (the pushes of those changes
 #: found no actor): compared with what it was created with once it runs.
 CHANGES_WHILE_STARTING = ("leader_epoch", "partition_epoch", "config", "hosts")
@@ -50,10 +53,8 @@ class BrokerCalls:
         self._replicas: dict[str, Any] = {}
         self._name_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, users)
         self._pushes: list[tuple[Any, dict]] = []  # state pushes of this event-loop turn
-        # Replicas seen running (started by an ensure, or listed by their agent); a replica
-        # the metadata names that is not here is still starting.
-        self.running: set[tuple[str, int, int]] = set()
-        # Replicas of new topics and partitions whose start is queued (see ``starting``).
+        # Replicas of new topics and partitions not started yet: clients are told their
+        # partitions are not available, and describe lists them as starting.
         self.awaiting_start: set[tuple[str, int, int]] = set()
 
     # -- node agents ---------------------------------------------------------------------------
@@ -225,16 +226,24 @@ class BrokerCalls:
                 else:
                     self._name_locks[name] = (held, users - 1)
 
-    async def ensure(self, by_broker: dict[int, list[dict]]) -> dict[int, BaseException]:
+    async def ensure(
+        self, by_broker: dict[int, list[dict]], new: bool = False
+    ) -> dict[int, BaseException]:
         """Have each broker's agent start the replica actors named (those the metadata still
-        names once they are held), where they do not run. A replica created here with an
-        empty log starts in a replica epoch reserved now (above any of its earlier lives');
-        one that finds its files checks in for its own. Returns the brokers where some
+        names once they are held), where they do not run. ``new``: the replicas were just
+        added to their partitions (a topic or partition created, a reassignment's new
+        replicas); a replica created here with an empty log then starts in a replica epoch
+        reserved now (above any of its earlier lives'). Any other replica started here ran
+        before (its host or its files were lost): it checks in first, whatever its
+        directory holds, like one that finds its files. Returns the brokers where some
         replica did not start, with the error: they are left to the reconcile."""
         by_broker = {b: states for b, states in by_broker.items() if states}
         if not by_broker:
             return {}
         self.place(by_broker)
+        if not new:
+            by_broker = {b: [{**s, "must_check_in": True} for s in states]
+                         for b, states in by_broker.items()}  # fmt: skip
         epoch = self.core.reserve_replica_epoch()
         outcomes = await asyncio.gather(
             *(self._ensure_on(b, states, epoch) for b, states in by_broker.items()),
@@ -278,7 +287,6 @@ class BrokerCalls:
         # Replicas running with their logs (created empty, or checked in) are where they run;
         # one still waiting to check in ("starting") is not vouched for here.
         started = [d for d in described if "error" not in d]
-        self.running.update((d["topic_id"], d["partition"], broker_id) for d in started)
         by_node: dict[str, list] = {}
         for d in started:
             if d.get("node_id") and d.get("role") != "starting":
@@ -370,7 +378,6 @@ class BrokerCalls:
                 return 0
             for s in states:
                 self.forget_replica(s["topic_id"], s["partition"], broker_id)
-                self.running.discard((s["topic_id"], s["partition"], broker_id))
             try:
                 return await self.call_agent(broker_id, "delete_replicas", states)
             except BrokerNotAvailable as e:
@@ -380,31 +387,30 @@ class BrokerCalls:
 
     async def replica_names(self) -> set[str]:
         """Names (``replica_name``) of every replica held by a host actor that exists
-        (alive or restarting), asked of the live brokers' agents; what they answer is also
-        the set of replicas known to run."""
+        (alive, restarting or slow to answer), asked of the live brokers' agents; None when
+        an agent did not answer in time (nothing is known missing then)."""
         live = self.live_brokers()
         answers = await asyncio.gather(
-            *(self.call_agent(b, "hosted", patience_s=5.0) for b in live),
+            *(asyncio.wait_for(self.call_agent(b, "hosted", patience_s=5.0), HOSTED_TIMEOUT_S)
+              for b in live),
             return_exceptions=True,
-        )
+        )  # fmt: skip
         names: set[str] = set()
-        for broker_id, answer in zip(live, answers):
+        for answer in answers:
             if isinstance(answer, BaseException):
-                continue
-            keys = {(t, p, b) for t, p, b in answer}
-            self.running = {k for k in self.running if k[2] != broker_id} | keys
-            names.update(replica_name(*k) for k in keys)
+                return None
+            names.update(replica_name(t, p, b) for t, p, b, *_ in answer)
         return names
 
     def running_hosts(self, topic_id: str, p: PartitionState) -> list[int]:
-        """The host slot of each of ``p``'s replicas, NO_HOST for one not known to run yet
-        (clients are told its partition is not available until it runs)."""
+        """The host slot of each of ``p``'s replicas, NO_HOST for one of a new topic or
+        partition not started yet (clients are told its partition is not available until
+        it runs; any other replica's host answers for it, retriably, while it restarts)."""
         image = self.core.image
-        return [image.hosts.get((topic_id, p.partition, b), NO_HOST)
-                if (topic_id, p.partition, b) in self.running else NO_HOST
+        return [NO_HOST if (topic_id, p.partition, b) in self.awaiting_start
+                else image.hosts.get((topic_id, p.partition, b), NO_HOST)
                 for b in p.replicas]  # fmt: skip
 
     def starting_replicas(self, topic_id: str, p: PartitionState) -> list[int]:
-        """The brokers of ``p``'s replicas not known to run yet (live brokers only)."""
-        return [b for b in p.replicas if (topic_id, p.partition, b) not in self.running
-                and self.core.liveness.is_live(b)]  # fmt: skip
+        """The brokers of ``p``'s replicas that are new and not started yet."""
+        return [b for b in p.replicas if (topic_id, p.partition, b) in self.awaiting_start]

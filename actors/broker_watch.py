@@ -122,7 +122,7 @@ class BrokerWatch:
             late_ms = int((time.monotonic() - woke - interval) * 1000)
             woke = time.monotonic()
             if late_ms > STALL_MS:
-                core.liveness.not_listening(late_ms)
+                core.liveness.not_listening(late_ms, now_ms())
             for broker_id in core.liveness.suspects(now_ms()):
                 if broker_id not in self._probing and broker_id in core.image.brokers:
                     self._probing.add(broker_id)

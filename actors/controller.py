@@ -165,8 +165,8 @@ class Controller:
         await self.changes.replica_failed(topic_id, partition, broker_id, replica_epoch, reason)
 
     async def replicas_failed(self, broker_id: int, keys: list, reason: str) -> int:
-        """Replicas of ``broker_id`` (``[topic id, partition]`` each) failed together: their
-        host actor died. They leave their ISRs and lose their leaderships at once, as a
+        """Replicas of ``broker_id`` (``[topic id, partition, replica epoch]`` each) failed
+        together: their host actor died. They leave their ISRs and lose their leaderships at once, as a
         fenced broker's do; restarted, each checks in and rejoins by catching up."""
         return await self.changes.replicas_failed(broker_id, keys, reason)
 

@@ -34,6 +34,12 @@ RETIRE_TIMEOUT_S = 30.0
 HOST_STARTS_AT_ONCE = 2
 #: Calls one host actor serves at once: long-poll fetches of all its replicas wait together.
 HOST_MAX_CONCURRENCY = 10_000
+#: How long a host may take to start (open its replicas' logs) before its start fails, s.
+HOST_START_TIMEOUT_S = 300.0
+#: How long the agent waits for a host's list of replicas, s.
+HOSTED_TIMEOUT_S = 10.0
+#: Pause before watching again a host that could not be reached, s.
+WATCH_AGAIN_AFTER_S = 0.5
 
 
 def read_meta_properties(directory: str) -> dict[str, str]:
@@ -74,6 +80,7 @@ class NodeAgent:
         self.hosts: dict[int, Any] = {}  # slot -> running host actor
         self._host_locks: dict[int, asyncio.Lock] = {}
         self._watches: dict[int, asyncio.Task] = {}
+        self._replica_epochs: dict[int, dict[tuple[str, int], int]] = {}  # slot -> lives
         self._starting = asyncio.Semaphore(HOST_STARTS_AT_ONCE)
         self._controller = None
         self._heartbeats: asyncio.Task | None = None
@@ -157,6 +164,7 @@ class NodeAgent:
         CPU, and a node starting dozens at once starves everything on it."""
         handle = self._host(slot)
         if handle is not None:
+            self._watch_host(slot, handle)  # found: Ray may have restarted it
             return handle
         async with self._starting:
             handle = ray.remote(ReplicaHost).options(
@@ -164,7 +172,8 @@ class NodeAgent:
                 get_if_exists=True, max_concurrency=HOST_MAX_CONCURRENCY,
                 **pinned_to_disk(self.disk),
             ).remote(self.directory, self.broker_id, slot, namespace=self.namespace)  # fmt: skip
-            await handle.ready.remote()
+            # Bounded: a host that cannot be scheduled must not hold a start slot forever.
+            await asyncio.wait_for(handle.ready.remote(), HOST_START_TIMEOUT_S)
         self.hosts[slot] = handle
         self._watch_host(slot, handle)
         return handle
@@ -179,6 +188,13 @@ class NodeAgent:
             me = asyncio.current_task()
             try:
                 await handle.watch.remote()
+            except ray.exceptions.ActorUnavailableError:
+                # Unreachable for now (a network blip, or a restart under way): not a death
+                # to report; watch again, and a dead host's next call fails for good.
+                self._watches.pop(slot, None)
+                await asyncio.sleep(WATCH_AGAIN_AFTER_S)
+                if self.hosts.get(slot) is handle:
+                    self._watch_host(slot, handle)
             except ray.exceptions.RayActorError as e:
                 self._watches.pop(slot, None)  # so that the host started again is watched
                 if self.hosts.get(slot) is handle:
@@ -195,6 +211,7 @@ class NodeAgent:
         run again: Ray restarts one that crashed (it is watched again); one stopped for
         good (``ray.kill``) is started again here. Either way its replicas reopen from the
         members file and check in."""
+        epochs = self._replica_epochs.pop(slot, {})
         keys = [(s["topic_id"], s["partition"]) for s in
                 read_members(members_path(self.directory, slot))]  # fmt: skip
         self.logger.warning("host %d died (%s) with %d replica(s)", slot,
@@ -203,8 +220,10 @@ class NodeAgent:
             return
         try:
             if self._controller is not None:
+                # With the life of each replica that died: a report that arrives after one
+                # restarted and checked in again is about an earlier life, and ignored.
                 await self._controller.replicas_failed.remote(
-                    self.broker_id, [[t, p] for t, p in keys],
+                    self.broker_id, [[t, p, epochs.get((t, p), -1)] for t, p in keys],
                     f"its host actor died ({type(error).__name__})",
                 )
         except ray.exceptions.RayActorError:
@@ -247,7 +266,15 @@ class NodeAgent:
         async with self._host_lock(slot):
             host = await self._start_host(slot)
             described = await host.add_replicas.remote(states)
+        self._note_epochs(slot, [(d["topic_id"], d["partition"], d["replica_epoch"])
+                                 for d in described if "error" not in d])  # fmt: skip
         return [{**d, "host": slot} if "error" not in d else d for d in described]
+
+    def _note_epochs(self, slot: int, lives: list[tuple[str, int, int]]) -> None:
+        """Remember the replica epoch (life) of replicas in host ``slot``, as last heard."""
+        known = self._replica_epochs.setdefault(slot, {})
+        for topic_id, partition, epoch in lives:
+            known[(topic_id, partition)] = epoch
 
     async def _retire_older_topic(self, state: dict[str, Any]) -> None:
         """A replica of a deleted topic of the same name that still runs here (its broker was
@@ -275,8 +302,9 @@ class NodeAgent:
                                 "host", e)  # fmt: skip
             host = self._host(slot)
             if host is not None:
+                # Its death is watched: the controller hears its other replicas failed,
+                # and the host starts again without the old replica's files in its way.
                 ray.kill(host, no_restart=True)
-                self.hosts.pop(slot, None)
 
     def _slot_holding(self, topic_id: str, partition: int) -> int | None:
         """The slot of the host on this disk whose members file names the replica."""
@@ -336,15 +364,21 @@ class NodeAgent:
 
     async def hosted(self) -> list[list]:
         """[topic id, partition, broker id] of every replica held by a running host here."""
-        slots = self._running_slots()
+        slots = [s for s in self._running_slots() if s in self.hosts]
         answers = await asyncio.gather(
-            *(self.hosts[s].hosted.remote() for s in slots if s in self.hosts),
+            *(asyncio.wait_for(self.hosts[s].hosted.remote(), HOSTED_TIMEOUT_S) for s in slots),
             return_exceptions=True,
         )
         out = []
-        for answer in answers:
-            if not isinstance(answer, BaseException):
-                out.extend([t, p, self.broker_id] for t, p in answer)
+        for slot, answer in zip(slots, answers):
+            if isinstance(answer, BaseException):
+                # Restarting or slow: what its members file names is there (it reopens
+                # them), so nothing of it counts as missing.
+                answer = [[s["topic_id"], s["partition"], -1] for s in
+                          read_members(members_path(self.directory, slot))]  # fmt: skip
+            else:
+                self._note_epochs(slot, [tuple(k) for k in answer])
+            out.extend([t, p, self.broker_id] for t, p, _ in answer)
         return out
 
     def _running_slots(self) -> list[int]:

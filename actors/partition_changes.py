@@ -149,7 +149,7 @@ class PartitionChanges:
         failure is logged) is created by the next reconcile, or cancelled with the
         reassignment."""
         calls = self.calls
-        await calls.ensure({b: [calls.replica_state(topic, p, b)] for b in added})
+        await calls.ensure({b: [calls.replica_state(topic, p, b)] for b in added}, new=True)
 
     # -- health gauges -------------------------------------------------------------------------
 
@@ -240,7 +240,6 @@ class PartitionChanges:
             return None, False, -1
         if not epoch_of:
             return None, True, -1
-        self.calls.running.add((topic_id, partition, broker_id))
         return self.calls.replica_state(topic, p, broker_id), True, epoch_of[0]
 
     async def broker_seen_on(self, broker_id: int, node_id: str) -> None:
@@ -288,21 +287,25 @@ class PartitionChanges:
         )  # fmt: skip
 
     async def replicas_failed(self, broker_id: int, keys: list, reason: str) -> int:
-        """Replicas of ``broker_id`` failed together (their host actor died): each leaves
+        """Replicas of ``broker_id`` (``[topic id, partition, replica epoch of the life that
+        failed]`` each) failed together (their host actor died): each leaves
         the ISR, and where one led, a leader is elected from the rest of the ISR, as for a
         fenced broker; they rejoin by checking in and catching up. Returns how many
         partitions changed."""
         core = self.core
-        wanted = {(t, p) for t, p in keys}
-        only = [(topic, p) for topic in list(core.image.topics.values())
+        image = core.image
+        # A life (replica epoch) older than the one recorded: the replica restarted and
+        # checked in again since; -1: the life is not known.
+        wanted = {(t, p) for t, p, *life in keys if not life or life[0] < 0
+                  or decide.replica_epochs_of(image, t, p).get(broker_id, -1) <= life[0]}
+        only = [(topic, p) for topic in list(image.topics.values())
                 for p in topic.partitions.values()
                 if (topic.topic_id, p.partition) in wanted and broker_id in p.replicas]  # fmt: skip
         if not only:
             return 0
         core.logger.warning("%d replica(s) of broker %d failed (%s); they leave their ISRs",
                             len(only), broker_id, reason)  # fmt: skip
-        for topic, p in only:  # not running until each checks in again
-            self.calls.running.discard((topic.topic_id, p.partition, broker_id))
+        for topic, p in only:  # its host is new, or restarted: a fresh handle
             self.calls.forget_replica(topic.topic_id, p.partition, broker_id)
         return await self.change(
             lambda t, q: elections.fence_broker(

@@ -47,7 +47,7 @@ from rafka.actors.fetch_batcher import FetchBatcher
 from rafka.actors.isr_proposer import IsrProposer
 from rafka.actors.logs import actor_logger
 from rafka.actors.replica_check_in import ReplicaCheckIn, current_node_id
-from rafka.actors.replica_fetch import FetchHandler
+from rafka.actors.replica_fetch import FetchHandler, WaitCutoff
 from rafka.actors.replica_follower import ReplicaFollower
 from rafka.actors.replica_produce import ProduceHandler
 from rafka.actors.replica_state import (
@@ -117,7 +117,9 @@ class PartitionReplica:
         known = saved is not None
         # Ray re-runs this constructor with the creation arguments after a crash; with or
         # without files (a wiped disk), such a replica must ask what it is now.
-        restarted = known or reconstructed
+        # Also one the controller knows ran before (re-created after its host or files
+        # were lost): never trusted as new, whatever its directory holds.
+        restarted = known or reconstructed or bool(state.get("must_check_in"))
         if known:
             state = {**state, **saved, "settings": state.get("settings", {})}
         self.state = with_defaults(state)
@@ -244,7 +246,7 @@ class PartitionReplica:
                 self.set_high_watermark(
                     leader.set_min_insync_replicas(self.log.config.min_insync_replicas)
                 )
-                self._wake_waiters()
+                self.wake_waiters()
             return
         if self.checked_in:
             self.adopt(state)
@@ -269,7 +271,9 @@ class PartitionReplica:
         self.logger.info("leads in epoch %d (ISR %s, log end %d)", s["leader_epoch"], s["isr"],
                          self.log.log_end_offset)  # fmt: skip
 
-    def _wake_waiters(self) -> None:
+    def wake_waiters(self) -> None:
+        """Wake every fetch and acks=all produce waiting on this replica (from a task of
+        its own, so the caller never waits for the condition's lock)."""
         appended = self._appended
         if appended is not None:
             asyncio.get_running_loop().create_task(_notify(appended))
@@ -310,17 +314,17 @@ class PartitionReplica:
                     leader.update_replicas(s["replicas"], now_ms())
                 self.set_high_watermark(leader.on_isr_committed(s["isr"], s["partition_epoch"]))
                 # Waiting acks=all produces check the ISR against min.insync.replicas too.
-                self._wake_waiters()
+                self.wake_waiters()
             else:
                 self._become_leader_if_named()
-                self._wake_waiters()
+                self.wake_waiters()
             self.follower.stop()
         else:
             if self.leader is not None:
                 self.logger.info("gives up leadership to broker %d (epoch %d)", s["leader"],
                                  s["leader_epoch"])  # fmt: skip
                 self.leader = None
-                self._wake_waiters()
+                self.wake_waiters()
             moved = (s["leader"], s["leader_epoch"]) != (old["leader"], old["leader_epoch"])
             if moved or not self.follower.started:
                 self.follower.stop()  # an outstanding fetch may be to the old leader
@@ -381,6 +385,7 @@ class PartitionReplica:
         max_bytes: int,
         max_wait_ms: int,
         incarnation: int | None = None,
+        cutoff: WaitCutoff | None = None,
     ) -> tuple:
         """A follower's fetch: it holds everything below ``fetch_offset``, its last batch is
         from ``last_fetched_epoch``, and it believes this replica leads in ``leader_epoch``;
@@ -388,10 +393,11 @@ class PartitionReplica:
         Answers (errno, message, high_watermark, log_start_offset, log_end_offset,
         diverging_epoch, diverging_end_offset, records): a diverging end offset >= 0 tells the
         follower to truncate (KIP-320); otherwise records from ``fetch_offset`` up to the log
-        end, waiting up to ``max_wait_ms`` for some."""
+        end, waiting up to ``max_wait_ms`` for some (or until ``cutoff``, see
+        ``ReplicaHost.replicate_many``)."""
         return await self.fetch_handler.replicate(
             follower, leader_epoch, fetch_offset, last_fetched_epoch, max_bytes, max_wait_ms,
-            incarnation,
+            incarnation, cutoff,
         )  # fmt: skip
 
     async def export_block(self, start: int, end: int) -> tuple:
@@ -424,6 +430,7 @@ class PartitionReplica:
             "log_start_offset": log_.log_start_offset, "high_watermark": log_.high_watermark,
             "log_end_offset": log_.log_end_offset, "size_bytes": log_.size_bytes,
             "segments": len(log_.segments), "pid": os.getpid(),
+            "replica_epoch": self.replica_epoch,
             "recovery": log_.recovery_report.summary() if log_.recovery_report else "",
         }  # fmt: skip
 

@@ -55,6 +55,9 @@ class Reconciler:
     async def reconcile(self) -> Reconciled:
         core, calls = self.core, self.calls
         running = await calls.replica_names()
+        if running is None:  # an agent did not say what its hosts hold: nothing is missing
+            core.logger.warning("a node agent did not list its replicas; reconciling states "
+                                "and elections only")  # fmt: skip
         live = set(calls.live_brokers())
         done = Reconciled()
         missing: dict[int, list[dict]] = {}
@@ -66,11 +69,13 @@ class Reconciler:
                 for b in p.replicas:
                     name = replica_name(topic.topic_id, p.partition, b)
                     wanted.add(name)
-                    if name not in running and b in live:
+                    if running is not None and name not in running and b in live and (
+                        (topic.topic_id, p.partition, b) not in calls.awaiting_start
+                    ):  # fmt: skip
                         missing.setdefault(b, []).append(calls.replica_state(topic, p, b))
         strays: dict[int, list[dict]] = {}
         unknown = 0
-        for name in running - wanted:
+        for name in (running or set()) - wanted:
             key = parse_replica_name(name)
             if key is not None and not core.image.knows_topic(key[0]):
                 unknown += 1  # of a topic this metadata never knew: kept, never deleted

@@ -34,6 +34,18 @@ LATEST = -1
 _EMPTY = np.zeros(0, dtype=np.uint8)
 
 
+class WaitCutoff:
+    """Cuts short the long polls of a batch of fetches (``ReplicaHost.replicate_many``):
+    once ``reached``, a waiting fetch answers with what it has at its next wake-up. A waiting
+    fetch is never cancelled instead: cancelling an ``asyncio.Condition.wait`` can leave the
+    condition's lock unheld (Python 3.11)."""
+
+    __slots__ = ("reached",)
+
+    def __init__(self) -> None:
+        self.reached = False
+
+
 class FetchHandler:
     """Reads from the log of ``replica``: see the ``PartitionReplica`` methods of the same
     names for the answers' shapes."""
@@ -62,6 +74,7 @@ class FetchHandler:
     async def replicate(
         self, follower: int, leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
         max_bytes: int, max_wait_ms: int, incarnation: int | None,
+        cutoff: WaitCutoff | None = None,
     ) -> tuple:  # fmt: skip
         r = self.replica
         started = time.perf_counter()
@@ -91,7 +104,8 @@ class FetchHandler:
                 async with appended:
                     appended.notify_all()
             r.isr.maybe_propose()
-            data = await self._read_waiting(fetch_offset, max_bytes, 1, max_wait_ms, False)
+            data = await self._read_waiting(fetch_offset, max_bytes, 1, max_wait_ms, False,
+                                            cutoff)  # fmt: skip
         except RafkaError as e:
             self._fetched(metrics.REPLICATION, _EMPTY, started)
             return (e.errno, str(e), -1, log_.log_start_offset, -1, -1, -1, _EMPTY)
@@ -112,10 +126,12 @@ class FetchHandler:
                 epoch, max(end_offset, 0), _EMPTY)  # fmt: skip
 
     async def _read_waiting(
-        self, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int, committed: bool
+        self, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int, committed: bool,
+        cutoff: WaitCutoff | None = None,
     ):
         """Batches from ``offset`` (below the high watermark when ``committed``), waiting up to
-        ``max_wait_ms`` for ``min_bytes``, while this replica keeps leading."""
+        ``max_wait_ms`` for ``min_bytes``, while this replica keeps leading, and, given a
+        ``cutoff``, until it is cut short (then the replica's waiters are woken)."""
         r = self.replica
         appended = r.loop_ready()
         leader = r.leader
@@ -124,6 +140,8 @@ class FetchHandler:
             deadline = time.monotonic() + max_wait_ms / 1000
             async with appended:
                 while len(data) < min_bytes and r.leader is leader:
+                    if cutoff is not None and cutoff.reached:
+                        break
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break

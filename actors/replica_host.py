@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import msgpack
@@ -35,16 +36,17 @@ from rafka.actors import metrics
 from rafka.actors.fetch_batcher import FetchBatcher
 from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.partition_replica import PartitionReplica
+from rafka.actors.replica_fetch import WaitCutoff
 from rafka.actors.placement import agent_name
 from rafka.actors.replica_state import actor_was_reconstructed
 from rafka.cluster.settings import setting
-from rafka.errors import NotLeaderOrFollower
+from rafka.errors import KafkaStorageError, NotLeaderOrFollower, RafkaError
 from rafka.storage.checkpoint import write_atomically
 
 HOSTS_DIR = "hosts"
-#: Where ``max_wait_ms`` is among ``PartitionReplica.replicate``'s arguments.
-WAIT_ARGUMENT = 5
 EMPTY = np.empty(0, dtype=np.uint8)
+#: A timer this late (s) means the host's event loop was stalled.
+STALL_S = 0.5
 #: Seconds between two maintenance rounds of one replica (flush.ms, retention, compaction).
 MAINTENANCE_INTERVAL_S = 30.0
 
@@ -158,9 +160,9 @@ class ReplicaHost:
             await asyncio.sleep(0)  # opening logs blocks: let the others' calls in
         return out
 
-    async def hosted(self) -> list[Key]:
-        """(topic id, partition) of every replica this host holds."""
-        return list(self.replicas)
+    async def hosted(self) -> list[tuple[str, int, int]]:
+        """(topic id, partition, replica epoch) of every replica this host holds."""
+        return [(t, p, r.replica_epoch) for (t, p), r in self.replicas.items()]
 
     async def describe_all(self) -> list[dict[str, Any]]:
         return [r.describe_sync() for r in self.replicas.values()]
@@ -242,7 +244,13 @@ class ReplicaHost:
         while not self.closed:
             lag_ms = min((setting(r.settings, "replica.lag.time.max.ms")
                           for r in self.replicas.values()), default=30_000)  # fmt: skip
-            await asyncio.sleep(min(max(lag_ms / 4000, 0.05), 1.0))
+            pause = min(max(lag_ms / 4000, 0.05), 1.0)
+            woke = time.monotonic()
+            await asyncio.sleep(pause)
+            if time.monotonic() - woke > pause + STALL_S:
+                # This process got no CPU for a while (a long compaction, say): follower
+                # fetches that came meanwhile are not read yet, so lag is not judged now.
+                continue
             for replica in list(self.replicas.values()):
                 if replica.leader is not None:
                     replica.isr.maybe_propose()
@@ -283,34 +291,34 @@ class ReplicaHost:
     async def replicate_many(self, requests: list[tuple]) -> list[tuple]:
         """Follower fetches of one follower host (``(topic id, partition, *replicate's
         arguments)`` each, see ``fetch_batcher``), answered together: as soon as one has
-        something or has waited its ``max_wait_ms``, the others are answered with what
-        they have then (read again without waiting)."""
+        something or has waited its ``max_wait_ms``, the others stop waiting and answer
+        with what they have then. Each answers on its own: a partition that fails answers
+        its error, the others are not held back by it."""
         if not requests:
             return []
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(self._replicate_one(request)) for request in requests]
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        cutoff = WaitCutoff()
+        tasks = [loop.create_task(self._replicate_one(request, cutoff)) for request in requests]
+        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         if pending:
-            await asyncio.sleep(0)  # fetches woken by the same append finish first
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        answers = []
-        for request, task in zip(requests, tasks):
-            if task.cancelled():
-                answers.append(await self._replicate_one(request, no_wait=True))
-            else:
-                answers.append(task.result())
-        return answers
+            cutoff.reached = True
+            for topic_id, partition, *_ in requests:
+                replica = self.replicas.get((topic_id, partition))
+                if replica is not None:
+                    replica.wake_waiters()
+            await asyncio.wait(pending)
+        return [task.result() for task in tasks]
 
-    async def _replicate_one(self, request: tuple, no_wait: bool = False) -> tuple:
+    async def _replicate_one(self, request: tuple, cutoff: WaitCutoff) -> tuple:
         topic_id, partition, *args = request
-        if no_wait:
-            args[WAIT_ARGUMENT] = 0
         try:
-            return await self._replica(topic_id, partition).replicate(*args)
-        except NotLeaderOrFollower as e:  # in a batch, an error is that fetch's answer
+            return await self._replica(topic_id, partition).replicate(*args, cutoff=cutoff)
+        except RafkaError as e:  # in a batch, an error is that fetch's answer
             return (e.errno, str(e), -1, -1, -1, -1, -1, EMPTY)
+        except Exception as e:  # a fault in one partition must not stop the others'
+            self.logger.exception("a follower fetch of %s-%d failed", topic_id, partition)
+            error = KafkaStorageError(f"the leader could not read partition {partition}: {e!r}")
+            return (error.errno, str(error), -1, -1, -1, -1, -1, EMPTY)
 
     async def export_block(self, topic_id: str, partition: int, start: int, end: int) -> tuple:
         return await self._replica(topic_id, partition).export_block(start, end)

@@ -124,9 +124,12 @@ class TopicAdmin:
             if r["type"] == "partition":
                 for b in r["replicas"]:
                     new_by_broker[b] = new_by_broker.get(b, 0) + 1
+        pending: dict[int, int] = {}
+        for _, _, b in self.calls.awaiting_start:
+            pending[b] = pending.get(b, 0) + 1
         check_fits(self.core.image, new_by_broker,
                    setting(self.core.settings, "replicas.per.actor"),
-                   self.core.memory_available, what)  # fmt: skip
+                   self.core.memory_available, what, pending)  # fmt: skip
 
     def _done_before(self, request_id: str | None, name: str) -> TopicState | None:
         """The topic a retried request (same ``request_id``) created or grew before; None
@@ -166,7 +169,7 @@ class TopicAdmin:
         live = set(calls.live_brokers())
         by_broker = calls.states_by_broker(topic, partitions)
         try:
-            await calls.ensure({b: s for b, s in by_broker.items() if b in live})
+            await calls.ensure({b: s for b, s in by_broker.items() if b in live}, new=True)
         finally:
             calls.awaiting_start -= keys
         # An election decided while the actors were starting may have found no replica it

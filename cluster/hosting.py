@@ -35,6 +35,9 @@ HOST_BASE_BYTES = 58 << 20
 REPLICA_BYTES = 2 << 20
 #: Share of a node's available memory that new replicas may be planned to take.
 MEMORY_SHARE = 0.8
+#: Host actors one disk may hold: each pinned actor takes PINNED_DISK_SHARE (1/1000) of the
+#: disk's resource, and the node agent and controller need theirs.
+MAX_HOSTS_PER_DISK = 990
 
 ReplicaKey = tuple[str, int, int]  # (topic id, partition, broker id)
 
@@ -120,16 +123,35 @@ def replicas_that_fit(available: int, per_actor: int) -> int:
 
 def check_fits(
     image, new_by_broker: Mapping[int, int], per_actor: int, available: Mapping[int, int],
-    what: str,
+    what: str, pending_by_broker: Mapping[int, int] | None = None,
 ) -> None:
     """PolicyViolation when the new replicas of ``what`` (count per broker) would take more
     than MEMORY_SHARE of a broker node's available memory (``available``, bytes, per
-    broker; brokers not in it are not checked), saying how many fit and what to change."""
+    broker; brokers not in it are not checked), counting the replicas placed but not
+    started yet (``pending_by_broker``: the memory reading does not show them), or more
+    host actors than a disk can pin (MAX_HOSTS_PER_DISK); saying how many fit and what
+    to change."""
+    pending_by_broker = pending_by_broker or {}
     for broker_id, count in sorted(new_by_broker.items()):
-        free = available.get(broker_id)
-        if free is None or count <= 0:
+        if count <= 0:
             continue
-        needed = memory_needed(image, broker_id, count, per_actor)
+        hosts = len(host_loads(image).get(broker_id, {})) + new_hosts(
+            image, broker_id, count, per_actor
+        )
+        if hosts > MAX_HOSTS_PER_DISK:
+            raise PolicyViolation(
+                f"{what} would need {hosts} host actors on broker {broker_id}; a disk pins "
+                f"at most {MAX_HOSTS_PER_DISK}: set the cluster setting replicas.per.actor "
+                f"higher (now {per_actor}) when the services start, or ask for fewer "
+                "partitions"
+            )
+        free = available.get(broker_id)
+        if free is None:
+            continue
+        pending = pending_by_broker.get(broker_id, 0)
+        needed = memory_needed(image, broker_id, count, per_actor) + pending * (
+            REPLICA_BYTES + HOST_BASE_BYTES // per_actor
+        )
         if needed <= free * MEMORY_SHARE:
             continue
         fit = replicas_that_fit(free, per_actor)

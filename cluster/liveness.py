@@ -35,12 +35,13 @@ class BrokerLiveness:
             return True
         return False
 
-    def not_listening(self, duration_ms: int) -> None:
-        """The controller could hear nothing for ``duration_ms`` (its process got no CPU:
-        the node is busy starting actors, say): that time does not count as any broker's
-        silence, so a controller that was starved never fences a broker for it."""
-        for b in self.last_heartbeat_ms:
-            self.last_heartbeat_ms[b] += duration_ms
+    def not_listening(self, duration_ms: int, now_ms: int) -> None:
+        """The controller could hear nothing for ``duration_ms`` up to ``now_ms`` (its
+        process got no CPU: the node is busy starting actors, say): that time does not
+        count as any broker's silence, so a controller that was starved never fences a
+        broker for it. A heartbeat is never taken as newer than ``now_ms``."""
+        for b, t in self.last_heartbeat_ms.items():
+            self.last_heartbeat_ms[b] = min(t + duration_ms, now_ms)
 
     def suspects(self, now_ms: int) -> list[int]:
         """Unfenced brokers whose last heartbeat is older than the session timeout."""

@@ -36,7 +36,7 @@ def find_replica(ray, namespace: str, topic_id: str, partition: int,
     for name in _named(ray, namespace, f"{HOST_PREFIX}b{broker}-"):
         try:
             host = ray.get_actor(name, namespace=namespace)
-            if (topic_id, partition) in [tuple(k) for k in ray.get(host.hosted.remote(),
+            if (topic_id, partition) in [tuple(k[:2]) for k in ray.get(host.hosted.remote(),
                                                                    timeout=30)]:
                 return ReplicaHandle(host, topic_id, partition)
         except Exception:  # gone or restarting

@@ -85,6 +85,9 @@ def test_time_the_controller_could_not_listen_is_nobodys_silence():
     live = BrokerLiveness(session_timeout_ms=1000)
     live.heartbeat(1, now_ms=0)
     live.heartbeat(2, now_ms=0)
-    live.not_listening(2000)  # woke at 2,100 ms instead of 100
+    live.heartbeat(3, now_ms=2050)  # read just before the late tick
+    live.not_listening(2000, now_ms=2100)  # woke at 2,100 ms instead of 100
     assert live.suspects(now_ms=2100) == []
-    assert live.suspects(now_ms=3200) == [1, 2]
+    assert live.last_heartbeat_ms[3] == 2100  # never taken as newer than now
+    assert live.suspects(now_ms=3050) == [1, 2]
+    assert live.suspects(now_ms=3200) == [1, 2, 3]
