@@ -133,6 +133,8 @@ class BrokerWatch:
             if await self.calls.ping_agent(broker_id, self._probe_timeout_s):
                 self.alive(broker_id)  # only slow: its heartbeats will resume
                 return
+            if broker_id not in self.core.liveness.suspects(now_ms()):
+                return  # a heartbeat came while the probe waited: it is live
             await self.fence(broker_id)
         finally:
             self._probing.discard(broker_id)

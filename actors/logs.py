@@ -50,6 +50,11 @@ def log_prefix(
     return "[" + " ".join(parts) + "]"
 
 
+class _ActorMessage(str):
+    """A message an ActorLogger prefixed already: the process label leaves it alone (a
+    host's process carries many replicas, each with its own prefix)."""
+
+
 def _prefixed(prefix: str, msg: object, has_args: bool) -> str:
     # With arguments the message is a %-format: a '%' in the prefix must not become a
     # conversion (topic names cannot hold one today; disk and group names might).
@@ -78,7 +83,8 @@ class ActorLogger(logging.LoggerAdapter):
         kwargs["extra"] = {**(kwargs.get("extra") or {}), **self.extra}
         # The caller of info()/warning() is the line to report, not this method.
         kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
-        self.logger.log(level, _prefixed(self.prefix, msg, bool(args)), *args, **kwargs)
+        message = _ActorMessage(_prefixed(self.prefix, msg, bool(args)))
+        self.logger.log(level, message, *args, **kwargs)
 
 
 def actor_logger(name: str, actor: str, **context: Any) -> ActorLogger:
@@ -95,9 +101,10 @@ _process_prefix: str | None = None
 def label_process_logs(prefix: str) -> None:
     """Prefix every record of rafka's loggers logged in this process with ``prefix``, unless
     an ActorLogger prefixed it already (so the storage engine's and the decision layer's
-    lines say which actor they come from). Call it only inside an actor's own process (Ray
-    runs each actor in a process of its own, so the process is the actor); a second call
-    replaces the prefix. Other loggers (Ray's, the libraries') are left alone."""
+    lines say which actor they come from; a replica host's replicas keep their own
+    prefixes). Call it only inside an actor's own process (Ray runs each actor in a process
+    of its own, so the process is the actor); a second call replaces the prefix. Other
+    loggers (Ray's, the libraries') are left alone."""
     global _process_prefix
     first = _process_prefix is None
     _process_prefix = prefix
@@ -111,7 +118,9 @@ def label_process_logs(prefix: str) -> None:
         prefix_now = _process_prefix
         if prefix_now is not None and name.startswith(_LABELLED):
             head = _prefixed(prefix_now, "", bool(record.args))
-            if not (isinstance(record.msg, str) and record.msg.startswith(head)):
+            if not isinstance(record.msg, _ActorMessage) and not (
+                isinstance(record.msg, str) and record.msg.startswith(head)
+            ):  # fmt: skip
                 record.msg = head + str(record.msg)
                 record.rafka_actor = prefix_now
         return record

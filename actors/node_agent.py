@@ -132,14 +132,20 @@ class NodeAgent:
         label_process_logs(prefix)
 
     async def _heartbeat_loop(self) -> None:
+        """A heartbeat every interval, whether or not the last one was answered yet: a
+        controller slow to answer (busy, or short of CPU) still hears this broker on time."""
         self._interval_ms = 200
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                await self._heartbeat()
-            except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
-                self._controller = None  # not started yet, or restarting
-                self.logger.debug("heartbeat failed: %r", e)
+            loop.create_task(self._heartbeat_once())
             await asyncio.sleep(self._interval_ms / 1000)
+
+    async def _heartbeat_once(self) -> None:
+        try:
+            await self._heartbeat()
+        except (ray.exceptions.RayActorError, asyncio.TimeoutError, ValueError) as e:
+            self._controller = None  # not started yet, or restarting
+            self.logger.debug("heartbeat failed: %r", e)
 
     # -- hosts ---------------------------------------------------------------------------------
 
@@ -287,7 +293,9 @@ class NodeAgent:
             return
         if not newer_topic_holds(state, saved):
             return  # the directory's topic is the newer one: this replica keeps out of it
-        slot = self._slot_holding(saved["topic_id"], state["partition"])
+        slot = (await asyncio.to_thread(self._members_index)).get(
+            (saved["topic_id"], state["partition"])
+        )
         if slot is None:
             return
         self.logger.warning("deleting the replica of deleted topic id %s before topic id %s "
@@ -305,10 +313,6 @@ class NodeAgent:
                 # Its death is watched: the controller hears its other replicas failed,
                 # and the host starts again without the old replica's files in its way.
                 ray.kill(host, no_restart=True)
-
-    def _slot_holding(self, topic_id: str, partition: int) -> int | None:
-        """The slot of the host on this disk whose members file names the replica."""
-        return self._members_index().get((topic_id, partition))
 
     def _members_index(self) -> dict[tuple[str, int], int]:
         """(topic id, partition) -> slot, from every members file on this disk."""
@@ -364,7 +368,7 @@ class NodeAgent:
 
     async def hosted(self) -> list[list]:
         """[topic id, partition, broker id] of every replica held by a running host here."""
-        slots = [s for s in self._running_slots() if s in self.hosts]
+        slots = [s for s in await self._running_slots() if s in self.hosts]
         answers = await asyncio.gather(
             *(asyncio.wait_for(self.hosts[s].hosted.remote(), HOSTED_TIMEOUT_S) for s in slots),
             return_exceptions=True,
@@ -381,10 +385,11 @@ class NodeAgent:
             out.extend([t, p, self.broker_id] for t, p, _ in answer)
         return out
 
-    def _running_slots(self) -> list[int]:
-        """Slots of this broker's host actors that exist (alive or restarting)."""
+    async def _running_slots(self) -> list[int]:
+        """Slots of this broker's host actors that exist (alive or restarting). Asked of
+        Ray on a thread: the event loop keeps answering heartbeats and probes."""
         prefix = host_name(self.broker_id, 0)[:-1]
-        named = ray.util.list_named_actors(all_namespaces=True)
+        named = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
         slots = []
         for a in named:
             if a.get("namespace") == self.namespace and a["name"].startswith(prefix):
@@ -398,7 +403,7 @@ class NodeAgent:
     async def delete_replicas(self, states: list[dict[str, Any]]) -> int:
         """Delete the files of these replicas and stop them (a host left empty stops)."""
         deleted = 0
-        index = self._members_index()
+        index = await asyncio.to_thread(self._members_index)
         for state in states:
             slot = index.get((state["topic_id"], state["partition"]))
             if slot is not None and await self._remove_from(
@@ -418,7 +423,7 @@ class NodeAgent:
         """Close every replica on this disk cleanly (flushed, clean-shutdown marker) and stop
         their hosts; how many replicas were closed."""
         stopped = 0
-        for slot in self._running_slots():
+        for slot in await self._running_slots():
             async with self._host_lock(slot):
                 host = self._host(slot)
                 if host is None:

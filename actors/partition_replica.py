@@ -328,7 +328,7 @@ class PartitionReplica:
             moved = (s["leader"], s["leader_epoch"]) != (old["leader"], old["leader_epoch"])
             if moved or not self.follower.started:
                 self.follower.stop()  # an outstanding fetch may be to the old leader
-                self.follower.start_if_needed()
+            self.follower.start_if_needed()  # also a loop that ended: it must always run
 
     def set_high_watermark(self, offset: int) -> bool:
         """Move the high watermark forward to ``offset``; True when it moved (the caller

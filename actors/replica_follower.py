@@ -72,6 +72,12 @@ class ReplicaFollower:
             return
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._follow())
+            self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.replica.logger.error("the follower loop ended: %r (it starts again with the "
+                                      "next state)", task.exception())  # fmt: skip
 
     def stop(self) -> None:
         if self._task is not None:
@@ -132,6 +138,12 @@ class ReplicaFollower:
                     asyncio.TimeoutError, ValueError) as e:  # fmt: skip
                 # Gone, restarting, not hosting the leader (yet), or no host known.
                 r.logger.debug("fetch from leader %d failed: %r", leader_id, e)
+                self._handles.pop(leader_id, None)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            except Exception as e:  # anything else Ray raises: the loop must never end on it
+                r.logger.warning("fetch from leader %d failed: %r; retrying", leader_id, e)
                 self._handles.pop(leader_id, None)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)

@@ -264,3 +264,27 @@ def test_metrics_can_be_switched_off(monkeypatch):
     m.produced(10, 1000, 1, 1.0)  # no Ray, no error
     m.log_gauges(1, 1)
     assert isinstance(metrics.registry(), metrics._Ignored)
+
+
+def test_a_hosts_replicas_log_with_their_own_prefixes_under_the_hosts_label(caplog, monkeypatch):
+    """A host's process carries many replicas: each replica's lines keep its own prefix
+    (logging one must never fail because the process label claimed the record first), and
+    the layers below get the host's."""
+    previous = logging.getLogRecordFactory()
+    monkeypatch.setattr(logs, "_process_prefix", None)
+    host = "[ReplicaHost slot 3 broker 1]"
+    replicas = [logs.actor_logger("rafka.actors.replica_follower", "PartitionReplica",
+                                  topic="t", partition=p, broker=1) for p in (0, 7)]  # fmt: skip
+    try:
+        logs.label_process_logs(host)
+        with caplog.at_level(logging.INFO):
+            replicas[0].warning("diverged after epoch %d; truncating", 4)
+            replicas[1].error("could not write")
+            logging.getLogger("rafka.storage.log").warning("recovered")
+    finally:
+        logging.setLogRecordFactory(previous)
+    assert [r.getMessage() for r in caplog.records] == [
+        "[PartitionReplica t-0 broker 1] diverged after epoch 4; truncating",
+        "[PartitionReplica t-7 broker 1] could not write", f"{host} recovered",
+    ]  # fmt: skip
+    assert caplog.records[0].rafka_actor == "[PartitionReplica t-0 broker 1]"

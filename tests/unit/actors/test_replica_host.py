@@ -186,3 +186,71 @@ def test_follower_fetches_of_one_moment_go_to_a_leader_host_in_one_call(tmp_path
         assert len(leader.calls) == 2
 
     asyncio.run(run())
+
+
+def test_a_replica_the_controller_knows_ran_before_checks_in_even_with_no_files(tmp_path):
+    """Re-created after its host and files were lost (``must_check_in``): an empty
+    directory must not make it a new replica that leads at once with an empty log."""
+
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=1, slot=0)
+        await host.add_replicas([])  # timers up
+        replica = host._open({**state(0), "must_check_in": True}, restarted=False)
+        replica.controller = QuietLink()
+        replica.loop_ready()
+        await asyncio.sleep(0.05)
+        assert not replica.checked_in and replica.leader is None
+        assert replica.controller.calls[0][0] == "replica_started"
+        await host.close_all()
+
+    asyncio.run(run())
+
+
+def test_one_failing_partition_in_a_fetch_batch_answers_its_error_and_not_the_others(tmp_path):
+    from rafka.errors import KafkaStorageError
+
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=2, slot=0)
+        leaders = [{**state(p), "broker_id": 2, "replicas": [2, 1], "isr": [2, 1],
+                    "leader": 2} for p in range(2)]  # fmt: skip
+        await host.add_replicas(leaders)
+        await host.produce("tid", 1, _batch(b"x"), 1, 1000)
+
+        async def broken(*args, **kwargs):
+            raise IndexError("a corrupt index")
+
+        host.replicas[("tid", 0)].replicate = broken
+        fetch = [("tid", p, 1, 0, 0, -1, 1 << 20, 500, 1) for p in range(2)]
+        answers = await host.replicate_many(fetch)
+        assert answers[0][0] == KafkaStorageError.errno
+        assert answers[1][0] == 0 and len(answers[1][7]) > 0
+        await host.close_all()
+
+    asyncio.run(run())
+
+
+def test_batches_end_their_long_polls_without_breaking_the_next_ones(tmp_path):
+    """The fetches a batch stops waiting for are not cancelled: round after round, each
+    batch still waits, and still wakes on the next append."""
+    import time
+
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=2, slot=0)
+        leaders = [{**state(p), "broker_id": 2, "replicas": [2, 1], "isr": [2, 1],
+                    "leader": 2} for p in range(3)]  # fmt: skip
+        await host.add_replicas(leaders)
+        ends = [0, 0, 0]
+        for round_ in range(4):
+            fetch = [("tid", p, 1, 0, ends[p], -1, 1 << 20, 5000, 1) for p in range(3)]
+            answering = asyncio.get_running_loop().create_task(host.replicate_many(fetch))
+            await asyncio.sleep(0.05)
+            assert not answering.done()
+            began = time.monotonic()
+            await host.produce("tid", round_ % 3, _batch(b"r%d" % round_), 1, 1000)
+            answers = await asyncio.wait_for(answering, 2)
+            assert time.monotonic() - began < 1
+            assert all(a[0] == 0 for a in answers)
+            ends[round_ % 3] += 1
+        await host.close_all()
+
+    asyncio.run(run())
