@@ -4,25 +4,9 @@ controller parts over a real metadata log and the fake Ray layer (``controller_f
 
 from __future__ import annotations
 
-import asyncio
-
-import pytest
-
 from rafka.cluster.hosting import NO_HOST
 from tests.unit.actors.controller_fakes import settle
-from tests.unit.actors.test_controller_restarts import Cluster, create
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(str(tmp_path / "controller"))
-    yield c
-    if c.process is not None and c.process.alive:
-        c.process.store.close()
-
-
-def run(coroutine):
-    return asyncio.run(coroutine)
+from tests.unit.actors.test_controller_restarts import cluster, create, run  # noqa: F401
 
 
 def test_a_restarted_controller_names_every_running_replicas_host_at_once(cluster):
