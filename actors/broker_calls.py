@@ -385,22 +385,25 @@ class BrokerCalls:
                                          len(states), broker_id, e)  # fmt: skip
                 return 0
 
-    async def replica_names(self) -> set[str]:
+    async def replica_names(self) -> tuple[set[str], set[int]]:
         """Names (``replica_name``) of every replica held by a host actor that exists
-        (alive, restarting or slow to answer), asked of the live brokers' agents; None when
-        an agent did not answer in time (nothing is known missing then)."""
+        (alive, restarting or slow to answer), asked of the live brokers' agents, and the
+        live brokers whose agent did not answer in time: what their hosts hold is unknown,
+        so none of their replicas counts as missing or stray."""
         live = self.live_brokers()
         answers = await asyncio.gather(
-            *(asyncio.wait_for(self.call_agent(b, "hosted", patience_s=5.0), HOSTED_TIMEOUT_S)
+            *(asyncio.wait_for(self.call_agent(b, "hosted", patience_s=1.0), HOSTED_TIMEOUT_S)
               for b in live),
             return_exceptions=True,
         )  # fmt: skip
         names: set[str] = set()
-        for answer in answers:
+        unknown: set[int] = set()
+        for broker_id, answer in zip(live, answers):
             if isinstance(answer, BaseException):
-                return None
-            names.update(replica_name(t, p, b) for t, p, b, *_ in answer)
-        return names
+                unknown.add(broker_id)
+            else:
+                names.update(replica_name(t, p, b) for t, p, b, *_ in answer)
+        return names, unknown
 
     def running_hosts(self, topic_id: str, p: PartitionState) -> list[int]:
         """The host slot of each of ``p``'s replicas, NO_HOST for one of a new topic or

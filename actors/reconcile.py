@@ -54,11 +54,12 @@ class Reconciler:
 
     async def reconcile(self) -> Reconciled:
         core, calls = self.core, self.calls
-        running = await calls.replica_names()
-        if running is None:  # an agent did not say what its hosts hold: nothing is missing
-            core.logger.warning("a node agent did not list its replicas; reconciling states "
-                                "and elections only")  # fmt: skip
-        live = set(calls.live_brokers())
+        running, unknown = await calls.replica_names()
+        if unknown:
+            core.logger.warning("the node agents of brokers %s did not list their replicas; "
+                                "none of theirs is created or deleted this time",
+                                sorted(unknown))  # fmt: skip
+        live = set(calls.live_brokers()) - unknown
         done = Reconciled()
         missing: dict[int, list[dict]] = {}
         wanted: set[str] = set()
@@ -69,13 +70,15 @@ class Reconciler:
                 for b in p.replicas:
                     name = replica_name(topic.topic_id, p.partition, b)
                     wanted.add(name)
-                    if running is not None and name not in running and b in live and (
-                        (topic.topic_id, p.partition, b) not in calls.awaiting_start
-                    ):  # fmt: skip
+                    # A new replica whose start is still queued is started here too if
+                    # it does not run yet (its start may be waiting on a broker that is
+                    # down): the two starts meet under its name's lock, and the second finds
+                    # it running.
+                    if name not in running and b in live:
                         missing.setdefault(b, []).append(calls.replica_state(topic, p, b))
         strays: dict[int, list[dict]] = {}
         unknown = 0
-        for name in (running or set()) - wanted:
+        for name in running - wanted:
             key = parse_replica_name(name)
             if key is not None and not core.image.knows_topic(key[0]):
                 unknown += 1  # of a topic this metadata never knew: kept, never deleted

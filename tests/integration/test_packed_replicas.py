@@ -151,12 +151,12 @@ def test_replicas_per_actor_out_of_range_is_refused_before_anything_starts(ray_s
 
 
 def test_a_topic_too_big_for_the_nodes_memory_is_refused_saying_what_fits(cluster):
-    """One process per replica (the session cluster's setting): 50,000 replicas could never
-    fit in this machine's memory; the refusal says how many do and what to set, and no
-    topic is created."""
+    """One process per replica (the session cluster's setting): 980 replicas, about 57 GiB,
+    do not fit in the memory of a node with less than 70 GiB available; the refusal says
+    how many do and what to set, and no topic is created."""
     name = f"huge-{uuid.uuid4().hex[:8]}"
     with pytest.raises(PolicyViolation, match="replicas.per.actor") as refused:
-        cluster.admin().create_topic(name, partitions=50_000)
+        cluster.admin().create_topic(name, partitions=980)
     assert "fit" in str(refused.value)
     assert name not in cluster.admin().list_topics()
 
