@@ -12,7 +12,6 @@ import os
 import shutil
 from typing import Any
 
-import psutil
 import ray
 
 from rafka.actors.logs import actor_logger, label_process_logs, log_prefix
@@ -114,7 +113,7 @@ class NodeAgent:
         broker_id, self._interval_ms = await asyncio.wait_for(
             self._controller.heartbeat.remote(
                 self.disk, self.broker_id, self.rack, self.node_id_,
-                psutil.virtual_memory().available,
+                memory_available(),
             ), 10,
         )
         if broker_id != self.broker_id:
@@ -344,11 +343,7 @@ class NodeAgent:
     async def _stop_host(self, slot: int, host) -> None:
         """Stop an empty host for good and wait until its name is free (under its lock), so
         a host started again in this slot is a new actor."""
-        self.hosts.pop(slot, None)
-        watch = self._watches.pop(slot, None)
-        if watch is not None:
-            watch.cancel()
-        ray.kill(host, no_restart=True)
+        self._kill_host(slot, host)
         name = host_name(self.broker_id, slot)
         for _ in range(100):
             if _find(name, self.namespace) is None:
@@ -433,12 +428,16 @@ class NodeAgent:
                 except ray.exceptions.RayActorError:
                     pass
                 finally:
-                    self.hosts.pop(slot, None)
-                    watch = self._watches.pop(slot, None)
-                    if watch is not None:
-                        watch.cancel()
-                    ray.kill(host, no_restart=True)
+                    self._kill_host(slot, host)
         return stopped
+
+    def _kill_host(self, slot: int, host) -> None:
+        """Stop a host for good, unwatched (its death is no failure to report)."""
+        self.hosts.pop(slot, None)
+        watch = self._watches.pop(slot, None)
+        if watch is not None:
+            watch.cancel()
+        ray.kill(host, no_restart=True)
 
     async def status(self) -> dict[str, Any]:
         usage = shutil.disk_usage(self.directory)
@@ -447,6 +446,19 @@ class NodeAgent:
             "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid(),
             "disk_total_bytes": usage.total, "disk_free_bytes": usage.free,
         }  # fmt: skip
+
+
+def memory_available() -> int | None:
+    """Bytes of memory this node has available (Linux's MemAvailable); None where that is
+    not known (the controller then does not check what fits here)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def _node_label(name: str) -> str | None:

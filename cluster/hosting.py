@@ -61,24 +61,26 @@ def place(image, keys: Iterable[ReplicaKey], per_actor: int) -> list[dict[str, A
     """``hosted`` records that give each of ``keys`` without a host one: the fullest host of
     its broker that has room (fewest hosts stay busy), else a new host. Keys already placed
     are left where they are."""
-    named = named_replicas(image)
-    load: dict[tuple[int, int], int] = {}  # (broker, slot) -> named replicas in it
-    for (topic_id, partition, broker), slot in image.hosts.items():
-        if (topic_id, partition, broker) in named:
-            load[broker, slot] = load.get((broker, slot), 0) + 1
+    # broker -> slot -> load, for the hosts with room only (with one replica per actor
+    # there are none, so placing is linear in the keys).
+    open_hosts = {b: {s: n for s, n in slots.items() if n < per_actor}
+                  for b, slots in host_loads(image).items()}  # fmt: skip
     next_slot = dict(image.next_host_slot)
     records = []
     for key in sorted(set(keys)):
         if key in image.hosts:
             continue
         broker = key[2]
-        open_hosts = [(n, s) for (b, s), n in load.items() if b == broker and n < per_actor]
-        if open_hosts:
-            _, slot = max(open_hosts, key=lambda ns: (ns[0], -ns[1]))
+        room = open_hosts.setdefault(broker, {})
+        if room:
+            slot = max(room, key=lambda s: (room[s], -s))
         else:
             slot = next_slot.get(broker, 0)
             next_slot[broker] = slot + 1
-        load[broker, slot] = load.get((broker, slot), 0) + 1
+            room[slot] = 0
+        room[slot] += 1
+        if room[slot] >= per_actor:
+            del room[slot]
         records.append({"type": "hosted", "topic_id": key[0], "partition": key[1],
                         "broker_id": broker, "slot": slot})  # fmt: skip
     return records
@@ -100,17 +102,20 @@ def host_loads(image) -> dict[int, dict[int, int]]:
     return out
 
 
-def new_hosts(image, broker_id: int, count: int, per_actor: int) -> int:
+def new_hosts(image, broker_id: int, count: int, per_actor: int,
+              loads: Mapping[int, Mapping[int, int]] | None = None) -> int:  # fmt: skip
     """Host actors ``count`` more replicas on ``broker_id`` would start (its open hosts are
-    filled first, as ``place`` does)."""
-    room = sum(per_actor - n for n in host_loads(image).get(broker_id, {}).values()
-               if 0 < n < per_actor)  # fmt: skip
+    filled first, as ``place`` does); ``loads``: ``host_loads(image)``, if at hand."""
+    loads = host_loads(image) if loads is None else loads
+    room = sum(per_actor - n for n in loads.get(broker_id, {}).values() if 0 < n < per_actor)
     return math.ceil(max(0, count - room) / per_actor)
 
 
-def memory_needed(image, broker_id: int, count: int, per_actor: int) -> int:
+def memory_needed(image, broker_id: int, count: int, per_actor: int,
+                  loads: Mapping[int, Mapping[int, int]] | None = None) -> int:  # fmt: skip
     """Bytes ``count`` more replicas on ``broker_id`` are planned to take."""
-    return new_hosts(image, broker_id, count, per_actor) * HOST_BASE_BYTES + count * REPLICA_BYTES
+    hosts = new_hosts(image, broker_id, count, per_actor, loads)
+    return hosts * HOST_BASE_BYTES + count * REPLICA_BYTES
 
 
 def replicas_that_fit(available: int, per_actor: int) -> int:
@@ -132,12 +137,12 @@ def check_fits(
     host actors than a disk can pin (MAX_HOSTS_PER_DISK); saying how many fit and what
     to change."""
     pending_by_broker = pending_by_broker or {}
+    loads = host_loads(image)
     for broker_id, count in sorted(new_by_broker.items()):
         if count <= 0:
             continue
-        hosts = len(host_loads(image).get(broker_id, {})) + new_hosts(
-            image, broker_id, count, per_actor
-        )
+        hosts = len(loads.get(broker_id, {})) + new_hosts(image, broker_id, count, per_actor,
+                                                           loads)  # fmt: skip
         if hosts > MAX_HOSTS_PER_DISK:
             raise PolicyViolation(
                 f"{what} would need {hosts} host actors on broker {broker_id}; a disk pins "
@@ -149,7 +154,7 @@ def check_fits(
         if free is None:
             continue
         pending = pending_by_broker.get(broker_id, 0)
-        needed = memory_needed(image, broker_id, count, per_actor) + pending * (
+        needed = memory_needed(image, broker_id, count, per_actor, loads) + pending * (
             REPLICA_BYTES + HOST_BASE_BYTES // per_actor
         )
         if needed <= free * MEMORY_SHARE:
