@@ -56,6 +56,9 @@ class BrokerCalls:
         # Replicas of new topics and partitions not started yet: clients are told their
         # partitions are not available, and describe lists them as starting.
         self.awaiting_start: set[tuple[str, int, int]] = set()
+        # Replicas this controller tried to start, and could not (their last attempt
+        # failed): one of them that was never seen running may lose its leadership.
+        self.failed_to_start: set[tuple[str, int, int]] = set()
 
     # -- node agents ---------------------------------------------------------------------------
 
@@ -191,6 +194,15 @@ class BrokerCalls:
         p = topic.partitions.get(partition) if topic is not None else None
         return p is not None and broker_id in p.replicas
 
+    def may_be_starting(self, topic_id: str, partition: int, broker_id: int) -> bool:
+        """True unless this replica was seen running somewhere or failed to start: a
+        controller that died while it created the replica left no trace of the start, and
+        its agent may be creating it still."""
+        key = (topic_id, partition, broker_id)
+        return (self.starting(topic_id, partition, broker_id)
+                or (key not in self.core.image.replica_nodes
+                    and key not in self.failed_to_start))  # fmt: skip
+
     def starting(self, topic_id: str, partition: int, broker_id: int) -> bool:
         """True while this replica is waiting to be started (its topic or partition was
         just created), or is being created or deleted."""
@@ -250,6 +262,12 @@ class BrokerCalls:
             return_exceptions=True,
         )
         failed = {b: o for b, o in zip(by_broker, outcomes) if isinstance(o, BaseException)}
+        for b, states in by_broker.items():
+            keys = {(s["topic_id"], s["partition"], b) for s in states}
+            if b in failed:
+                self.failed_to_start |= keys
+            else:
+                self.failed_to_start -= keys
         for b, error in failed.items():
             self.core.logger.warning("could not start replicas of broker %d: %r", b, error)
         return failed

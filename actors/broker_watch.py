@@ -105,8 +105,10 @@ class BrokerWatch:
             calls.tell(topic.topic_id, p.partition, broker_id,
                        calls.replica_state(topic, p, broker_id))  # fmt: skip
         states = [calls.replica_state(topic, p, broker_id) for topic, p in hosted]
-        if states:  # a failure is logged, and the reconcile tries again
-            await calls.ensure({broker_id: states})
+        # A failure is logged, and the reconcile tries again; a replica that could not
+        # start gives up the leadership it kept while it might have been starting.
+        if states and await calls.ensure({broker_id: states}):
+            await self.changes.elect_where_leaderless(only=hosted)
 
     async def watch(self) -> None:
         """Fence brokers whose heartbeats stopped and whose agent does not answer a probe."""
@@ -130,8 +132,16 @@ class BrokerWatch:
 
     async def _probe(self, broker_id: int) -> None:
         try:
+            started = time.monotonic()
             if await self.calls.ping_agent(broker_id, self._probe_timeout_s):
                 self.alive(broker_id)  # only slow: its heartbeats will resume
+                return
+            await asyncio.sleep(0)  # heartbeats that arrived meanwhile are read first
+            late_ms = int((time.monotonic() - started - self._probe_timeout_s) * 1000)
+            if late_ms > STALL_MS:
+                # This process got no CPU while it waited: the answer may be in, unread.
+                # The stall is nobody's silence; the watch probes again if it lasts.
+                self.core.liveness.not_listening(late_ms, now_ms())
                 return
             if broker_id not in self.core.liveness.suspects(now_ms()):
                 return  # a heartbeat came while the probe waited: it is live

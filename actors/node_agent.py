@@ -39,6 +39,11 @@ HOST_START_TIMEOUT_S = 300.0
 HOSTED_TIMEOUT_S = 10.0
 #: Pause before watching again a host that could not be reached, s.
 WATCH_AGAIN_AFTER_S = 0.5
+#: Heartbeats and the controller's probes run in this concurrency group, on an event loop
+#: (and thread) of their own: work on the agent's main loop (starting host actors, which
+#: waits on Ray's GCS, or reading members files) cannot delay them.
+LIVENESS_GROUP = "liveness"
+CONCURRENCY_GROUPS = {LIVENESS_GROUP: 100}
 
 
 def read_meta_properties(directory: str) -> dict[str, str]:
@@ -92,9 +97,10 @@ class NodeAgent:
 
     async def start(self) -> int:
         """Register this disk with the controller; returns its broker id (new or kept)."""
-        await self.start_heartbeats()
+        await ray.get_runtime_context().current_actor.start_heartbeats.remote()
         return await self._heartbeat()
 
+    @ray.method(concurrency_group=LIVENESS_GROUP)
     async def ping(self) -> int | None:
         return self.broker_id
 
@@ -102,7 +108,9 @@ class NodeAgent:
         """The Ray node this agent (and so this disk's replicas) runs on."""
         return self.node_id_
 
+    @ray.method(concurrency_group=LIVENESS_GROUP)
     async def start_heartbeats(self) -> None:
+        """Start the heartbeat loop on the liveness group's event loop (once)."""
         if self._heartbeats is None:
             self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
 

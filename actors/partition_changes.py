@@ -122,18 +122,19 @@ class PartitionChanges:
 
     async def elect_where_leaderless(self, only=None, before=None) -> int:
         """Elect a leader for every partition (of ``only``'s (topic, partition) pairs) that
-        has none, or whose leader's broker speaks but whose leader replica was never seen
-        running there (its actor could not be started), from the replicas that may lead
-        now: after replica actors were created (a replica is electable once it runs where
-        its broker runs). A leader whose broker has not spoken since this controller started
-        keeps leading, and so does one whose actor is being started right now. ``before``:
-        as for ``change``."""
+        has none, or whose leader's broker speaks but whose leader replica may not lead
+        there (its actor could not be started, or its node restarted and it has not checked
+        in), from the replicas that may lead now: after replica actors were created (a
+        replica is electable once it runs where its broker runs). A leader whose broker has
+        not spoken since this controller started keeps leading, and so does one that may be
+        starting still (see ``BrokerCalls.may_be_starting``). ``before``: as for
+        ``change``."""
         core, calls = self.core, self.calls
 
         def decide_one(t: TopicState, q: PartitionState) -> PartitionState | None:
             if q.leader != NO_LEADER and (
                 q.leader not in core.heard
-                or calls.starting(t.topic_id, q.partition, q.leader)
+                or calls.may_be_starting(t.topic_id, q.partition, q.leader)
                 or q.leader in core.electable(t.topic_id, q.partition)
             ):
                 return None

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from rafka.actors.controller import Controller
-from rafka.actors.node_agent import NodeAgent
+from rafka.actors.node_agent import CONCURRENCY_GROUPS, NodeAgent
 from rafka.actors.placement import (
     CONTROLLER_NAME,
     CONTROLLER_RESOURCE,
@@ -261,7 +261,7 @@ def start_services(
         ).remote(data_root, disk, namespace, settings or {})  # fmt: skip
     ray.get(controller.ping.remote(), timeout=timeout_s)
     agents = [
-        ray.remote(NodeAgent).options(
+        ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(NodeAgent).options(
             name=agent_name(disk), namespace=namespace, get_if_exists=True,
             max_concurrency=1000, **pinned_to_disk(disk),
         ).remote(data_root, disk, namespace)  # fmt: skip

@@ -150,6 +150,9 @@ class FakeRay:
         self.outbox: list[tuple[Any, str, tuple, Callable | None]] = []
         self._gates: dict[str, asyncio.Event] = {}
         self.waiting: dict[str, int] = {}  # method -> calls held at its gate now
+        #: Every call that reached a gate, as (handle, method, args): it was sent, so the
+        #: actor may still carry it out after this process died (``carry_out_held``).
+        self.held: list[tuple[Any, str, tuple]] = []
 
     def hold(self, method: str) -> None:
         """Calls of ``method`` wait (after they are sent) until ``release(method)``."""
@@ -157,6 +160,13 @@ class FakeRay:
 
     def release(self, method: str) -> None:
         self._gates.pop(method).set()
+
+    async def carry_out_held(self, method: str) -> None:
+        """The actors carry out the held calls of ``method`` whose sender is gone (Ray runs
+        a call that was sent whatever became of its caller); nobody sees the answers."""
+        for handle, sent, args in self.held:
+            if sent == method and self._reachable(handle):
+                await getattr(handle, method)(*args)
 
     def find(self, name: str):
         return self.registry.actors.get(name)
@@ -184,6 +194,7 @@ class FakeRay:
         await asyncio.sleep(0)  # a remote call always yields
         gate = self._gates.get(method)
         if gate is not None:
+            self.held.append((handle, method, args))
             self.waiting[method] = self.waiting.get(method, 0) + 1
             try:
                 await gate.wait()

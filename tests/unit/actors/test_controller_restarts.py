@@ -621,8 +621,8 @@ def test_replicas_of_topics_the_metadata_never_knew_are_kept(cluster):
 
 def test_a_topic_whose_creation_died_before_any_actor_ran_gets_leaders_once_they_run(cluster):
     """The restarted controller hears the brokers before their new replicas run (they are
-    not electable then, and the partitions lose their leaders); once the reconcile has
-    started them, every partition is led again."""
+    not electable then); once the brokers' agents have started them, every partition is
+    led."""
 
     async def main():
         process = await cluster.start()
@@ -636,6 +636,34 @@ def test_a_topic_whose_creation_died_before_any_actor_ran_gets_leaders_once_they
         await settle(process)
         topic = process.image.topic("orders")
         assert all(p.leader != NO_LEADER for p in topic.partitions.values())
+        assert_replicas_match_metadata(cluster, process)
+        process.store.close()
+
+    run(main())
+
+
+def test_replicas_a_dead_controller_had_started_keep_the_leaders_their_creation_elected(cluster):
+    """The controller dies while the agents create a new topic's replicas, and the agents
+    finish creating them (the calls were sent). The next controller finds them running but
+    never recorded where they run: it records them rather than depose their leaders for
+    never having started; every partition keeps the leader and epoch of its creation."""
+
+    async def main():
+        process = await cluster.start()
+        process.ray.hold("ensure_replicas")
+        process.run(create(process, "orders", 3, 2, request_id="req-1"))
+        while not process.ray.waiting.get("ensure_replicas"):
+            await asyncio.sleep(0)
+        created = {p.partition: (p.leader, p.leader_epoch)
+                   for p in process.image.topic("orders").partitions.values()}  # fmt: skip
+        await process.die()
+        await process.ray.carry_out_held("ensure_replicas")
+        process = await cluster.start()  # heartbeats first, as brokers are quick
+        await process.reconciler.reconcile()
+        await settle(process)
+        topic = process.image.topic("orders")
+        assert {p.partition: (p.leader, p.leader_epoch)
+                for p in topic.partitions.values()} == created  # fmt: skip
         assert_replicas_match_metadata(cluster, process)
         process.store.close()
 
