@@ -139,6 +139,56 @@ class InvalidTxnState(RafkaError):
     errno = 48
 
 
+class InvalidProducerIdMapping(RafkaError):
+    """The producer id is not the one the transaction coordinator holds for this
+    transactional id (it expired, or another producer took the id over)."""
+
+    errno = 49
+
+
+class InvalidTransactionTimeout(RafkaError):
+    """``transaction_timeout_ms`` is not positive or is above the cluster's
+    ``transaction.max.timeout.ms``."""
+
+    errno = 50
+
+
+class ConcurrentTransactions(RafkaError):
+    """The transactional id's previous transaction is still completing (its markers are being
+    written); the client retries after a short wait."""
+
+    errno = 51
+    retriable = True
+
+
+class TransactionCoordinatorFenced(RafkaError):
+    """A transaction coordinator that lost its shard wrote a marker; the new coordinator's
+    markers win."""
+
+    errno = 52
+
+
+class UnstableOffsetCommit(RafkaError):
+    """The group has offsets committed inside a transaction that has not ended yet; asked
+    with ``require_stable``, the fetch is retried until it ends."""
+
+    errno = 88
+    retriable = True
+
+
+class TransactionalIdNotFound(RafkaError):
+    """No transaction coordinator holds this transactional id."""
+
+    errno = 105
+
+
+class TransactionAbortable(RafkaError):
+    """The current transaction cannot commit (a write to it failed, or it timed out and the
+    coordinator aborted it): call ``abort_transaction()``, then begin a new one."""
+
+    errno = 120
+
+
 class GroupAuthorizationFailed(RafkaError):
     """The caller may not use the consumer group."""
 
@@ -413,6 +463,13 @@ __all__ = [
     "InvalidRecord",
     "ProducerFenced",
     "InvalidTxnState",
+    "InvalidProducerIdMapping",
+    "InvalidTransactionTimeout",
+    "ConcurrentTransactions",
+    "TransactionCoordinatorFenced",
+    "UnstableOffsetCommit",
+    "TransactionalIdNotFound",
+    "TransactionAbortable",
     "GroupAuthorizationFailed",
     "LeaderNotAvailable",
     "RequestTimedOut",
