@@ -10,7 +10,7 @@ its own, and a batch whose epoch is below the producer's current epoch is refuse
 InvalidProducerEpoch. Producer state is rebuilt on followers from the replicated batches, so
 the fence survives a leader change.
 
-How an incarnation takes its epoch (``OffsetsLog.load`` does the reading and writing):
+How an incarnation takes its epoch (``CoordinatorLog.load`` does the reading and writing):
 
 1. Read the partition to the high watermark, noting the highest epoch any batch of the
    producer id carries (``saw``).
@@ -48,7 +48,7 @@ Epochs are the batch header's int16: a shard can take at most 32,768 epochs (0 t
 one per load and one per failed write, after which ``claim`` raises
 ``CoordinatorEpochExhausted``.
 
-Not thread-safe; the owning OffsetsLog calls it from its event loop, between awaits.
+Not thread-safe; the owning CoordinatorLog calls it from its event loop, between awaits.
 Nothing is persisted here: the log is the record, and a restart reads it back.
 """
 
@@ -83,8 +83,20 @@ COORDINATOR_PRODUCER_ID_BASE = INTERNAL_PRODUCER_IDS_FROM
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 
+#: Transaction coordinator shard ``k`` writes to ``__transaction_state`` as ``2**62 + 2**32
+#: + k``: clear of the group coordinators' ids, as there are never 2**32 shards.
+TRANSACTION_COORDINATOR_PRODUCER_ID_BASE = INTERNAL_PRODUCER_IDS_FROM + (1 << 32)
+
+
 def coordinator_producer_id(shard: int) -> int:
+    """The producer id group coordinator shard ``shard`` writes ``__consumer_offsets`` as."""
     return COORDINATOR_PRODUCER_ID_BASE + shard
+
+
+def transaction_coordinator_producer_id(shard: int) -> int:
+    """The producer id transaction coordinator shard ``shard`` writes
+    ``__transaction_state`` as."""
+    return TRANSACTION_COORDINATOR_PRODUCER_ID_BASE + shard
 
 
 class Claim(NamedTuple):
@@ -118,11 +130,14 @@ _ENTERED_FROM = {
 class CoordinatorFencing:
     """The producer epoch and sequences of one incarnation of coordinator shard ``shard``:
     which epoch to claim, what each batch carries, when to fence again. Decisions only;
-    ``OffsetsLog`` does the I/O."""
+    ``CoordinatorLog`` does the I/O."""
 
-    def __init__(self, shard: int, new_token: Callable[[], str] = lambda: secrets.token_hex(8)):
+    def __init__(
+        self, shard: int, new_token: Callable[[], str] = lambda: secrets.token_hex(8),
+        producer_id: int | None = None,
+    ) -> None:  # fmt: skip
         self.shard = shard
-        self.producer_id = coordinator_producer_id(shard)
+        self.producer_id = coordinator_producer_id(shard) if producer_id is None else producer_id
         self.new_token = new_token
         self.phase: Phase | None = None
         self.highest_seen = rb.NO_PRODUCER_EPOCH  # highest epoch of producer_id read or lost
