@@ -1,0 +1,641 @@
+"""The transaction coordinator's decisions for one transactional id, as pure functions.
+
+Kafka 4's transaction protocol with transaction version 2 (KIP-890 server-side defense): the
+producer epoch is bumped at every transaction end, the markers carry the bumped epoch and
+EndTxn answers the new (producer id, epoch), so each transaction is named by its own
+(producer id, epoch) and a delayed produce or EndTxn of one can never land in or complete the
+next. No I/O and no clock: ``now_ms`` is passed in, and so is the producer-id allocator.
+
+Each call takes the id's current ``TxnMetadata`` (None when the coordinator holds none) and
+returns a ``TxnDecision``: the metadata to persist to ``__transaction_state`` (its record
+codec is ``transaction_records``), then what to answer and which markers to write. The
+coordinator persists before it answers and before it writes markers; a Prepare* record is the
+commit point. Between deciding and persisting the coordinator must hold further calls for the
+id (prepare, persist, apply): each decision is computed from the metadata it was given.
+
+States (Kafka's names), what each does, where it moves:
+
+    Empty              a producer id and epoch, no transaction  -> Ongoing, Empty, Dead,
+                                                                   PrepareAbort (abort when
+                                                                   unsure; completed at once)
+    Ongoing            partitions added; writes verified here   -> PrepareCommit, PrepareAbort,
+                                                                   PrepareEpochFence, Ongoing
+    PrepareCommit      decided (the commit point); markers due  -> CompleteCommit
+    PrepareAbort       decided; abort markers due               -> CompleteAbort
+    CompleteCommit     markers written                          -> Empty, Ongoing, Dead,
+                                                                   PrepareAbort
+    CompleteAbort      markers written                          -> as CompleteCommit
+    PrepareEpochFence  a new producer fences an ongoing one:    -> PrepareAbort
+                       passed through, never persisted
+    Dead               expired; persisted as a tombstone        -> (none: a later
+                                                                   InitProducerId starts anew)
+
+Identities. ``producer_id_and_epoch`` is the identity the producer holds (or is told, once
+the record is durable). A producer never holds ``MAX_EPOCH``: that epoch is left for the
+coordinator's last bump of an id (a fence, or the markers of the id's last transaction), and
+the transaction that would need it moves the producer to a new producer id instead
+(``next_producer_id`` during Prepare*, ``previous_producer_id`` once complete).
+``last_producer_epoch`` is the epoch the producer held before the coordinator's last bump
+when that bump was on the producer's own behalf (its EndTxn, its re-init, a timeout abort);
+-1 when the bump fenced it (another producer's InitProducerId). That is how a retried EndTxn,
+and a slow producer whose transaction timed out, are told from a zombie.
+
+Invariants: per producer id the epoch never goes back; the markers of a transaction carry an
+epoch above every epoch its writes used; a write is verified only against an Ongoing
+transaction of exactly the writer's identity that includes the partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, NamedTuple
+
+from rafka.errors import (
+    ConcurrentTransactions,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    InvalidTransactionTimeout,
+    InvalidTxnState,
+    ProducerFenced,
+    RafkaError,
+    TransactionAbortable,
+)
+from rafka.storage.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+
+log = logging.getLogger(__name__)
+
+# Java's Short.MAX_VALUE, the largest epoch a batch header holds. Producers get at most one
+# less, so the coordinator can always bump once more to fence or to end an id's last
+# transaction.
+MAX_EPOCH = (1 << 15) - 1
+
+
+class TxnState(enum.Enum):
+    """A transactional id's state; the value is Kafka's name (DescribeTransactions)."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+    DEAD = "Dead"
+
+
+_S = TxnState
+_PREPARING = frozenset({_S.PREPARE_COMMIT, _S.PREPARE_ABORT, _S.PREPARE_EPOCH_FENCE})
+_IDLE = frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT})
+_WITH_PARTITIONS = frozenset({_S.ONGOING}) | _PREPARING
+
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    _S.EMPTY: _IDLE,
+    _S.ONGOING: _IDLE | {_S.ONGOING},
+    _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),
+    # Empty/Complete*: the server-side defense's abort of a producer unsure of its state.
+    _S.PREPARE_ABORT: _IDLE | {_S.ONGOING, _S.PREPARE_EPOCH_FENCE},
+    _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),
+    _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),
+    _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING}),
+    _S.DEAD: _IDLE,
+}
+
+
+def is_valid_transition(from_state: TxnState, to_state: TxnState) -> bool:
+    """Whether ``to_state`` may follow ``from_state`` (``VALID_PREVIOUS``)."""
+    return from_state in VALID_PREVIOUS[to_state]
+
+
+def check_transition(meta: "TxnMetadata", to_state: TxnState) -> None:
+    """Raise InvalidTxnState unless ``meta`` may move to ``to_state``."""
+    if not is_valid_transition(meta.state, to_state):
+        raise InvalidTxnState(
+            f"transactional id {meta.transactional_id!r} cannot move from "
+            f"{meta.state.value} to {to_state.value}; the coordinator's state is out of step "
+            f"with this call: find the coordinator again and retry"
+        )
+
+
+class ProducerIdAndEpoch(NamedTuple):
+    producer_id: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class TxnMetadata:
+    """One transactional id's record in ``__transaction_state`` (see the module docstring
+    for the identities). Partitions are held only while a transaction is Ongoing or
+    Prepare*; ``next_producer_id`` only during Prepare*."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    previous_producer_id: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[tuple[str, int]]
+    start_ms: int
+    last_update_ms: int
+    next_producer_id: int = NO_PRODUCER_ID  # set when the ending transaction uses MAX_EPOCH
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "partitions", frozenset((str(t), int(p)) for t, p in self.partitions)
+        )
+        if self.producer_id < 0 or not 0 <= self.producer_epoch <= MAX_EPOCH:
+            raise ValueError(f"invalid producer id/epoch in {self}")
+        if self.partitions and self.state not in _WITH_PARTITIONS:
+            raise ValueError(f"a {self.state.value} transaction holds no partitions: {self}")
+        if self.next_producer_id != NO_PRODUCER_ID and self.state not in _PREPARING:
+            raise ValueError(f"only a Prepare* record names a next producer id: {self}")
+
+    @property
+    def producer_id_and_epoch(self) -> ProducerIdAndEpoch:
+        """The identity the producer holds now (or is told once this record is durable)."""
+        if self.next_producer_id != NO_PRODUCER_ID:
+            return ProducerIdAndEpoch(self.next_producer_id, 0)
+        return ProducerIdAndEpoch(self.producer_id, self.producer_epoch)
+
+
+@dataclass(frozen=True)
+class Markers:
+    """The markers to write, once the Prepare* record is durable, to every partition."""
+
+    producer_id: int
+    producer_epoch: int  # the bumped epoch: above every epoch the transaction's writes used
+    commit: bool
+    partitions: frozenset[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class TxnDecision:
+    """What a call decided. ``error`` set: refuse the caller with it; nothing is persisted.
+    Otherwise persist ``metadata`` if set (a DEAD one as a tombstone), then answer
+    ``answer`` (None: plain success), and write ``markers`` if set, calling ``complete``
+    once all are written. One answer is a RafkaError: the fence of an ongoing transaction
+    by InitProducerId is persisted and then answered ConcurrentTransactions, as Kafka
+    does, so the new producer retries once the abort has completed."""
+
+    metadata: TxnMetadata | None = None
+    answer: Any = None
+    error: RafkaError | None = None
+    markers: Markers | None = None
+
+    def __post_init__(self) -> None:
+        if self.error is not None and (
+            self.metadata is not None or self.answer is not None or self.markers is not None
+        ):
+            raise ValueError("a refusal persists nothing")
+        if self.markers is not None and self.metadata is None:
+            raise ValueError("markers follow a persisted Prepare* record")
+
+
+def _refuse(error: RafkaError) -> TxnDecision:
+    return TxnDecision(error=error)
+
+
+def _move(current: TxnMetadata, to_state: TxnState, now_ms: int, **changes: Any) -> TxnMetadata:
+    """The one transition function: checks the move, logs it, returns the new metadata."""
+    check_transition(current, to_state)
+    new = dataclasses.replace(current, state=to_state, last_update_ms=now_ms, **changes)
+    log.debug(
+        "transactional id %s: %s %s -> %s %s", current.transactional_id,
+        current.state.value, tuple(current.producer_id_and_epoch), to_state.value,
+        tuple(new.producer_id_and_epoch),
+    )  # fmt: skip
+    return new
+
+
+def _markers(meta: TxnMetadata) -> Markers:
+    return Markers(
+        meta.producer_id, meta.producer_epoch, meta.state == _S.PREPARE_COMMIT, meta.partitions
+    )
+
+
+def _exhausted(epoch: int) -> bool:
+    """Bumping ``epoch`` would reach MAX_EPOCH, which no producer may hold."""
+    return epoch + 1 >= MAX_EPOCH
+
+
+def _allocate(new_producer_id: Callable[[], int] | None, meta: TxnMetadata) -> int:
+    if new_producer_id is None:
+        raise ValueError(
+            f"transactional id {meta.transactional_id!r} has used the epochs of producer id "
+            f"{meta.producer_id}: pass new_producer_id so it can move to a new one"
+        )
+    return new_producer_id()
+
+
+def _is_previous_identity(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
+    """(producer_id, epoch) is what the producer held before the coordinator's last bump
+    on its behalf. After a move to a new producer id (epoch 0) it names the old id."""
+    if meta.last_producer_epoch == NO_PRODUCER_EPOCH or epoch != meta.last_producer_epoch:
+        return False
+    moved = meta.producer_epoch == 0 and meta.previous_producer_id != NO_PRODUCER_ID
+    return producer_id == (meta.previous_producer_id if moved else meta.producer_id)
+
+
+def _identity_error(meta: TxnMetadata, producer_id: int, epoch: int) -> RafkaError | None:
+    """None if the caller is the producer that holds the id now; else why it is refused.
+    The producer's previous identity gets TransactionAbortable: its transaction ended
+    without it (a timeout abort) or it is a delayed request of its own; abort and begin
+    again. Only an identity the id has moved past otherwise is fenced."""
+    tid = meta.transactional_id
+    holder_id, holder_epoch = meta.producer_id_and_epoch
+    if producer_id == holder_id and epoch == holder_epoch < MAX_EPOCH:
+        return None
+    if _is_previous_identity(meta, producer_id, epoch):
+        return TransactionAbortable(
+            f"the transaction of producer {producer_id} epoch {epoch} (transactional id "
+            f"{tid!r}) has already ended (aborted on timeout, or this request is late): "
+            f"call abort_transaction(), then begin a new transaction"
+        )
+    if producer_id != holder_id:
+        return InvalidProducerIdMapping(
+            f"transactional id {tid!r} is held by producer id {holder_id}, not {producer_id}: "
+            f"the id expired or another producer took it over; call init_transactions() again"
+        )
+    if epoch < holder_epoch:
+        return ProducerFenced(
+            f"producer {producer_id} epoch {epoch} was fenced: transactional id {tid!r} has "
+            f"moved on to epoch {holder_epoch} (a newer producer took it over, or this "
+            f"request is stale); close this producer"
+        )
+    return InvalidProducerEpoch(
+        f"producer {producer_id} epoch {epoch} was never given out by the coordinator of "
+        f"{tid!r} (it holds epoch {holder_epoch}): call init_transactions() again"
+    )
+
+
+def _unknown(current: TxnMetadata | None) -> RafkaError:
+    which = f" {current.transactional_id!r}" if current is not None else ""
+    return InvalidProducerIdMapping(
+        f"the coordinator holds no producer id for the transactional id{which} (never "
+        f"initialised, or expired): call init_transactions()"
+    )
+
+
+def _concurrent(meta: TxnMetadata) -> RafkaError:
+    return ConcurrentTransactions(
+        f"the previous transaction of {meta.transactional_id!r} is completing "
+        f"({meta.state.value}): retry shortly"
+    )
+
+
+def _end(
+    current: TxnMetadata, to_state: TxnState, now_ms: int,
+    new_producer_id: Callable[[], int] | None, fence: bool = False,
+) -> TxnDecision:  # fmt: skip
+    """Move an Ongoing transaction to Prepare* with the epoch bumped; markers carry it.
+    On the producer's behalf the old epoch is remembered and, if the producer could not
+    hold the bumped epoch, it is told a new producer id; a fence forgets the old epoch."""
+    bumped = current.producer_epoch + 1
+    next_id = NO_PRODUCER_ID
+    if not fence and _exhausted(current.producer_epoch):
+        next_id = _allocate(new_producer_id, current)
+    meta = _move(
+        current, to_state, now_ms, producer_epoch=bumped, next_producer_id=next_id,
+        last_producer_epoch=NO_PRODUCER_EPOCH if fence else current.producer_epoch,
+    )  # fmt: skip
+    return TxnDecision(meta, meta.producer_id_and_epoch, markers=_markers(meta))
+
+
+# -- InitProducerId ---------------------------------------------------------------------------
+
+
+def init_producer_id(
+    current: TxnMetadata | None,
+    transactional_id: str,
+    timeout_ms: int,
+    now_ms: int,
+    new_producer_id: Callable[[], int],
+    max_timeout_ms: int,
+    expected: tuple[int, int] | None = None,
+) -> TxnDecision:
+    """A producer (re)initialises ``transactional_id``; answers its (producer id, epoch).
+
+    Unknown or Dead: a new producer id at epoch 0 (``expected`` is not checked: a producer
+    whose id expired starts again, as in Kafka). Empty/Complete*: the epoch is bumped (a new
+    producer id at the last epoch), which fences every older holder. Ongoing: the running
+    transaction is aborted with a bumped epoch, answered ConcurrentTransactions; the retry
+    gets a fresh epoch once the abort completes. ``expected`` (KIP-360) is the identity the
+    producer holds; any other is ProducerFenced, except its previous identity, a retry of an
+    init (or EndTxn) already done, which is answered the identity it was given."""
+    if timeout_ms <= 0 or timeout_ms > max_timeout_ms:
+        return _refuse(InvalidTransactionTimeout(
+            f"transaction_timeout_ms={timeout_ms} must be > 0 and at most the cluster's "
+            f"transaction.max.timeout.ms={max_timeout_ms}: configure the producer with one "
+            f"in that range"
+        ))  # fmt: skip
+    if current is None or current.state == _S.DEAD:
+        meta = TxnMetadata(
+            transactional_id, new_producer_id(), 0, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+            timeout_ms, _S.EMPTY, frozenset(), -1, now_ms,
+        )  # fmt: skip
+        log.info("transactional id %s: producer id %d", transactional_id, meta.producer_id)
+        return TxnDecision(meta, meta.producer_id_and_epoch)
+    own = retry = False
+    if expected is not None:
+        own = tuple(expected) == tuple(current.producer_id_and_epoch)
+        retry = _is_previous_identity(current, *expected)
+        if not own and not retry:
+            return _refuse(ProducerFenced(
+                f"producer {tuple(expected)} was fenced: transactional id "
+                f"{transactional_id!r} is held by {tuple(current.producer_id_and_epoch)}; "
+                f"close this producer"
+            ))  # fmt: skip
+    if current.state in _PREPARING:
+        return _refuse(_concurrent(current))
+    if current.state == _S.ONGOING:
+        if retry:  # a delayed re-init: the producer has since begun a transaction
+            return _refuse(ProducerFenced(
+                f"InitProducerId from {tuple(expected)} for {transactional_id!r} is older "
+                f"than the transaction now Ongoing: it is stale; this producer must not use "
+                f"that epoch any more"
+            ))  # fmt: skip
+        return _abort_for_init(current, now_ms, new_producer_id, own)
+    if retry:
+        if current.state == _S.EMPTY and current.timeout_ms == timeout_ms:
+            return TxnDecision(None, current.producer_id_and_epoch)
+        meta = _move(current, _S.EMPTY, now_ms, timeout_ms=timeout_ms)
+        return TxnDecision(meta, meta.producer_id_and_epoch)
+    remembered = current.producer_epoch if own else NO_PRODUCER_EPOCH
+    if _exhausted(current.producer_epoch):
+        meta = _move(
+            current, _S.EMPTY, now_ms, producer_id=new_producer_id(), producer_epoch=0,
+            previous_producer_id=current.producer_id, last_producer_epoch=remembered,
+            timeout_ms=timeout_ms,
+        )  # fmt: skip
+    else:
+        meta = _move(
+            current, _S.EMPTY, now_ms, producer_epoch=current.producer_epoch + 1,
+            last_producer_epoch=remembered, timeout_ms=timeout_ms,
+        )  # fmt: skip
+    return TxnDecision(meta, meta.producer_id_and_epoch)
+
+
+def _abort_for_init(
+    current: TxnMetadata, now_ms: int, new_producer_id: Callable[[], int], own: bool
+) -> TxnDecision:
+    """InitProducerId found a transaction Ongoing: abort it, answer ConcurrentTransactions.
+    Another producer fences the holder (PrepareEpochFence, old epoch forgotten); the holder
+    itself re-initialising is aborted on its behalf, so its retry is recognised."""
+    if own:
+        decision = _end(current, _S.PREPARE_ABORT, now_ms, new_producer_id)
+    else:
+        check_transition(current, _S.PREPARE_EPOCH_FENCE)
+        fencing = dataclasses.replace(current, state=_S.PREPARE_EPOCH_FENCE)
+        decision = _end(fencing, _S.PREPARE_ABORT, now_ms, None, fence=True)
+        log.info(
+            "transactional id %s: fencing producer %s; its transaction is aborted",
+            current.transactional_id, tuple(current.producer_id_and_epoch),
+        )  # fmt: skip
+    answer = ConcurrentTransactions(
+        f"transactional id {current.transactional_id!r} had a transaction in progress; it "
+        f"is being aborted: retry init_transactions() shortly"
+    )
+    return dataclasses.replace(decision, answer=answer)
+
+
+# -- AddPartitionsToTxn and the partition leader's verification --------------------------------
+
+
+def add_partitions(
+    current: TxnMetadata | None,
+    producer_id: int,
+    epoch: int,
+    partitions: Iterable[tuple[str, int]],
+    now_ms: int,
+) -> TxnDecision:
+    """Add partitions to the producer's transaction, beginning it if none is Ongoing (its
+    start time is then ``now_ms``). Partitions already in the Ongoing transaction: nothing
+    to write, success. Refused while the previous transaction completes (retriable)."""
+    if current is None or current.state == _S.DEAD:
+        return _refuse(_unknown(current))
+    error = _identity_error(current, producer_id, epoch)
+    if error is not None:
+        return _refuse(error)
+    if current.state in _PREPARING:
+        return _refuse(_concurrent(current))
+    added = frozenset((str(t), int(p)) for t, p in partitions)
+    if current.state == _S.ONGOING:
+        if added <= current.partitions:
+            return TxnDecision()
+        meta = _move(current, _S.ONGOING, now_ms, partitions=current.partitions | added)
+        return TxnDecision(meta)
+    if not added:
+        return TxnDecision()
+    meta = _move(current, _S.ONGOING, now_ms, partitions=added, start_ms=now_ms)
+    log.debug("transactional id %s: transaction begins", current.transactional_id)
+    return TxnDecision(meta)
+
+
+def verify_partition(
+    current: TxnMetadata | None, producer_id: int, epoch: int, partition: tuple[str, int]
+) -> RafkaError | None:
+    """The partition leader's check (KIP-890) before a producer's first transactional write
+    to ``partition``: None only if the transaction is Ongoing, of exactly this producer id
+    and epoch, and includes the partition.
+
+    A partition not in the transaction is TransactionAbortable, as in Kafka 4 (since 3.8;
+    before, INVALID_TXN_STATE, which clients treat as fatal): the write is refused either
+    way, and what is usually behind it, a write of an earlier transaction delayed past its
+    end or a client that skipped AddPartitions, is repaired by aborting and beginning again
+    without closing the producer."""
+    if current is None or current.state == _S.DEAD:
+        return _unknown(current)
+    error = _identity_error(current, producer_id, epoch)
+    if error is not None:
+        return error
+    if current.state in _PREPARING:
+        return _concurrent(current)
+    partition = (str(partition[0]), int(partition[1]))
+    if current.state == _S.ONGOING and partition in current.partitions:
+        return None
+    return TransactionAbortable(
+        f"partition {partition[0]}-{partition[1]} is not in the transaction of producer "
+        f"{producer_id} epoch {epoch} ({current.transactional_id!r}, "
+        f"{current.state.value}): it must be added before the first write to it; abort the "
+        f"transaction and begin again"
+    )
+
+
+# -- EndTxn -----------------------------------------------------------------------------------
+
+
+def end_txn(
+    current: TxnMetadata | None,
+    producer_id: int,
+    epoch: int,
+    commit: bool,
+    now_ms: int,
+    new_producer_id: Callable[[], int] | None = None,
+) -> TxnDecision:
+    """End the producer's transaction; answers the producer's new (producer id, epoch).
+
+    Ongoing: Prepare* with the epoch bumped; that record is the commit point, the markers
+    carry the bumped epoch. ``new_producer_id`` is called only when the producer could not
+    hold the bumped epoch (then the answer is a new producer id at epoch 0); pass it always.
+    A retry from the producer's previous identity while Prepare*/Complete* of the same result
+    is answered the current identity, nothing written; an abort after a commit is
+    InvalidTxnState, a commit after an abort (the coordinator's timeout abort) is
+    TransactionAbortable. An abort with nothing Ongoing (the producer is unsure what it
+    wrote) bumps the epoch and is written as CompleteAbort at once: no partition can hold a
+    write of that epoch, so there are no markers to write. A commit with nothing Ongoing is
+    InvalidTxnState."""
+    if current is None or current.state == _S.DEAD:
+        return _refuse(_unknown(current))
+    tid = current.transactional_id
+    if _is_previous_identity(current, producer_id, epoch):
+        return _retried_end(current, producer_id, epoch, commit)
+    error = _identity_error(current, producer_id, epoch)
+    if error is not None:
+        return _refuse(error)
+    if current.state == _S.ONGOING:
+        to_state = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
+        decision = _end(current, to_state, now_ms, new_producer_id)
+        log.debug("transactional id %s: %s decided", tid, "commit" if commit else "abort")
+        return decision
+    if current.state in _PREPARING:
+        return _refuse(_concurrent(current))
+    if commit:
+        return _refuse(InvalidTxnState(
+            f"transactional id {tid!r} has no transaction in progress ({current.state.value}) "
+            f"to commit: nothing was added to one; begin a transaction and send before "
+            f"committing"
+        ))  # fmt: skip
+    # Abort with nothing Ongoing: pass through PrepareAbort, persist CompleteAbort.
+    check_transition(current, _S.PREPARE_ABORT)
+    aborting = dataclasses.replace(current, state=_S.PREPARE_ABORT)
+    if _exhausted(current.producer_epoch):
+        changes = dict(producer_id=_allocate(new_producer_id, current), producer_epoch=0,
+                       previous_producer_id=current.producer_id)  # fmt: skip
+    else:
+        changes = dict(producer_epoch=current.producer_epoch + 1)
+    meta = _move(
+        aborting, _S.COMPLETE_ABORT, now_ms, last_producer_epoch=current.producer_epoch,
+        start_ms=-1, **changes,
+    )  # fmt: skip
+    return TxnDecision(meta, meta.producer_id_and_epoch)
+
+
+def _retried_end(current: TxnMetadata, producer_id: int, epoch: int, commit: bool) -> TxnDecision:
+    tid = current.transactional_id
+    committed = current.state in (_S.PREPARE_COMMIT, _S.COMPLETE_COMMIT)
+    aborted = current.state in (_S.PREPARE_ABORT, _S.COMPLETE_ABORT)
+    if (committed and commit) or (aborted and not commit):
+        return TxnDecision(None, current.producer_id_and_epoch)
+    if committed:
+        return _refuse(InvalidTxnState(
+            f"the transaction of producer {producer_id} epoch {epoch} ({tid!r}) was committed; "
+            f"it cannot be aborted: only the commit may be retried"
+        ))  # fmt: skip
+    if aborted:
+        return _refuse(TransactionAbortable(
+            f"the transaction of producer {producer_id} epoch {epoch} ({tid!r}) was aborted "
+            f"(it ran past transaction_timeout_ms={current.timeout_ms}, or was aborted "
+            f"before): it cannot commit; call abort_transaction(), then begin again"
+        ))  # fmt: skip
+    return _refuse(ProducerFenced(
+        f"EndTxn from producer {producer_id} epoch {epoch} ({tid!r}) is for a transaction "
+        f"that ended before the one now {current.state.value}: it is stale; this producer "
+        f"must not use that epoch any more"
+    ))  # fmt: skip
+
+
+# -- completion, timeouts, expiry, failover ----------------------------------------------------
+
+
+def complete(current: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """Every marker of the Prepare* transaction is written: Complete*, partitions cleared,
+    and the producer moved to the new producer id if the transaction named one. Raises
+    InvalidTxnState from any other state."""
+    to_state = _S.COMPLETE_COMMIT if current.state == _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
+    changes: dict[str, Any] = {}
+    if current.next_producer_id != NO_PRODUCER_ID:
+        # last_producer_epoch keeps the old id's epoch: a retried EndTxn from it is answered
+        changes = dict(producer_id=current.next_producer_id, producer_epoch=0,
+                       previous_producer_id=current.producer_id,
+                       next_producer_id=NO_PRODUCER_ID)  # fmt: skip
+    return _move(current, to_state, now_ms, partitions=frozenset(), start_ms=-1, **changes)
+
+
+def timed_out(
+    current: TxnMetadata, now_ms: int, new_producer_id: Callable[[], int] | None = None
+) -> TxnDecision | None:
+    """An Ongoing transaction older than its timeout (``start_ms + timeout_ms < now_ms``) is
+    aborted with an epoch bump, on the producer's behalf: its old epoch is remembered, so
+    its abort is answered OK and its other calls TransactionAbortable. None otherwise.
+    ``new_producer_id`` as for ``end_txn``."""
+    if current.state != _S.ONGOING or current.start_ms + current.timeout_ms >= now_ms:
+        return None
+    log.info(
+        "transactional id %s: transaction of %s timed out after %d ms; aborting",
+        current.transactional_id, tuple(current.producer_id_and_epoch), current.timeout_ms,
+    )  # fmt: skip
+    decision = _end(current, _S.PREPARE_ABORT, now_ms, new_producer_id)
+    return dataclasses.replace(decision, answer=None)  # no caller waits for it
+
+
+def expired(current: TxnMetadata, now_ms: int, expiration_ms: int) -> TxnDecision | None:
+    """An id with no transaction and no change for longer than
+    ``transactional.id.expiration.ms`` becomes Dead: persist its tombstone, then forget it.
+    None otherwise."""
+    if current.state not in _IDLE or current.last_update_ms + expiration_ms >= now_ms:
+        return None
+    return TxnDecision(_move(current, _S.DEAD, now_ms, start_ms=-1))
+
+
+def pending_completion(current: TxnMetadata) -> Markers | None:
+    """For a coordinator that loaded ``current`` from the log: the markers of a decided
+    transaction (Prepare*) to write again, then ``complete``; None otherwise."""
+    if current.state in (_S.PREPARE_COMMIT, _S.PREPARE_ABORT):
+        return _markers(current)
+    return None
+
+
+# -- admin (KIP-664) --------------------------------------------------------------------------
+
+
+def describe(meta: TxnMetadata) -> dict[str, Any]:
+    """DescribeTransactions' answer for one id. The producer id and epoch are the record's,
+    those the transaction's writes and markers use (as in Kafka)."""
+    return {
+        "transactional_id": meta.transactional_id, "producer_id": meta.producer_id,
+        "producer_epoch": meta.producer_epoch, "state": meta.state.value,
+        "timeout_ms": meta.timeout_ms, "partitions": sorted(meta.partitions),
+        "start_ms": meta.start_ms, "last_update_ms": meta.last_update_ms,
+    }  # fmt: skip
+
+
+def list_transactions(
+    metas: Iterable[TxnMetadata],
+    now_ms: int,
+    states: Iterable[str] | None = None,
+    producer_ids: Iterable[int] | None = None,
+    min_duration_ms: int = -1,
+) -> list[dict[str, Any]]:
+    """ListTransactions: (transactional id, producer id, state) of each id whose state
+    name is in ``states``, whose producer id is in ``producer_ids`` (None: any), and whose
+    transaction has run for at least ``min_duration_ms`` (-1: any, with or without one)."""
+    wanted_states = None if states is None else set(states)
+    wanted_ids = None if producer_ids is None else set(producer_ids)
+    out = []
+    for meta in metas:
+        if meta.state == _S.DEAD:
+            continue
+        if wanted_states is not None and meta.state.value not in wanted_states:
+            continue
+        if wanted_ids is not None and meta.producer_id not in wanted_ids:
+            continue
+        running_ms = now_ms - meta.start_ms if meta.start_ms >= 0 else -1
+        if min_duration_ms >= 0 and running_ms < min_duration_ms:
+            continue
+        out.append({"transactional_id": meta.transactional_id,
+                    "producer_id": meta.producer_id,
+                    "state": meta.state.value})  # fmt: skip
+    return sorted(out, key=lambda entry: entry["transactional_id"])
