@@ -2,16 +2,26 @@
 
 One pass:
  1. The cleanable range is the oldest whole segments below ``Log.cleanable_end_offset`` (the
-    high watermark, and never the active segment) whose records are all older than
+    last stable offset, and never the active segment) whose records are all older than
     ``min.compaction.lag.ms``. Records at or above the high watermark may still be truncated
-    by a follower, so they neither get cleaned nor count as a newer value of their key.
- 2. An offset map (key -> offset of its latest record) is built over that range.
+    by a follower, and records at or above the last stable offset may belong to a
+    transaction that has not ended, so they neither get cleaned nor count as a newer value
+    of their key.
+ 2. An offset map (key -> offset of its latest record) is built over that range, ignoring
+    the records of aborted transactions: an aborted value must never make compaction drop
+    a committed one. Which batches aborted is found as a read_committed consumer finds it
+    (read_committed.py), from the transaction indexes' entries for the range.
  3. Each group of adjacent segments (up to ``segment.bytes``) is rewritten into one
     ``.cleaned`` segment keeping, in offset order: records whose offset is the latest for their
-    key, records without a key, control batches, and tombstones younger than
-    ``delete.retention.ms`` (measured from the tombstone's timestamp). Offsets never change:
-    a batch that loses records keeps its base offset and last offset delta, with explicit
-    offset deltas for the records that stay.
+    key, records without a key, transaction markers, and tombstones younger than
+    ``delete.retention.ms`` (measured from the tombstone's timestamp). Batches of aborted
+    transactions go whole. Markers are all kept (Kafka removes a marker once
+    ``delete.retention.ms`` has passed and its transaction's records are gone; here it
+    stays, one small batch per transaction). Offsets never change: a batch that loses
+    records keeps its base offset and last offset delta, with explicit offset deltas for
+    the records that stay. The cleaned segment's transaction index holds the entries of
+    every segment it replaces, so a transaction aborted there stays known to consumers and
+    to later passes.
  4. The finished segment is fsynced, renamed ``.swap``, its inputs deleted, and renamed into
     place. A crash at any step is resolved on open (log_loader.complete_interrupted_swaps).
 
@@ -27,7 +37,9 @@ from typing import TYPE_CHECKING
 
 from rafka.storage import record_batch as rb
 from rafka.storage.checkpoint import read_offset, write_offset
+from rafka.storage.read_committed import ReadCommittedFilter
 from rafka.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX, Segment
+from rafka.storage.transaction_markers import marker_of
 
 if TYPE_CHECKING:
     from rafka.storage.log import Log
@@ -43,6 +55,7 @@ class CompactionResult:
     records_in: int = 0
     records_out: int = 0
     tombstones_dropped: int = 0
+    aborted_records_dropped: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
 
@@ -81,19 +94,36 @@ def compact(log: "Log", now_ms: int, force: bool = False) -> CompactionResult:
     if not segments:
         return result
     log.allow_offset_gaps()
-    latest = _build_offset_map(segments)
+    aborted = log.aborted_transactions(segments[0].base_offset, segments[-1].next_offset)
+    latest = _build_offset_map(segments, _filter(aborted))
     tombstone_horizon = now_ms - log.config.delete_retention_ms
+    committed = _filter(aborted)  # one walk over every group, in offset order
     for group in _group_segments(segments, log.config.segment_bytes):
-        _clean_group(log, group, latest, tombstone_horizon, result)
+        _clean_group(log, group, latest, tombstone_horizon, committed, result)
     write_offset(os.path.join(log.directory, CLEANER_CHECKPOINT_FILE), segments[-1].next_offset)
     return result
 
 
-def _build_offset_map(segments: list[Segment]) -> dict[bytes, int]:
+def _filter(aborted: list[tuple[int, int]]) -> ReadCommittedFilter:
+    committed = ReadCommittedFilter()
+    committed.add_aborted(aborted)
+    return committed
+
+
+def _is_committed(committed: ReadCommittedFilter, header: rb.BatchHeader, batch) -> bool:
+    """Feed the next batch of the walk to ``committed``: whether a read_committed consumer
+    would return it (never a marker, which only moves the walk on)."""
+    marker = marker_of(header, batch)
+    return committed.accept(header, None if marker is None else marker.control_type)
+
+
+def _build_offset_map(
+    segments: list[Segment], committed: ReadCommittedFilter
+) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for segment in segments:
         for _, header, batch in segment.iter_batches(0, verify=False):
-            if header.is_control:
+            if not _is_committed(committed, header, batch):
                 continue
             records = rb.decode_records(batch, verify=False)
             if records.keys is None:
@@ -125,6 +155,7 @@ def _clean_group(
     group: list[Segment],
     latest: dict[bytes, int],
     tombstone_horizon: int,
+    committed: ReadCommittedFilter,
     result: CompactionResult,
 ) -> None:
     # new=True: a ``.cleaned`` file left by an earlier pass is discarded, never appended to.
@@ -134,12 +165,20 @@ def _clean_group(
             result.segments_in += 1
             result.bytes_in += segment.size
             for _, header, batch in segment.iter_batches(0, verify=True):
+                returned = _is_committed(committed, header, batch)
                 if header.is_control:
-                    kept = bytes(batch)
+                    kept = bytes(batch)  # markers stay: see the module docstring
+                elif not returned:
+                    result.records_in += header.record_count
+                    result.aborted_records_dropped += header.record_count
+                    kept = None
                 else:
                     kept = _filter_batch(batch, latest, tombstone_horizon, result)
                 if kept is not None:
                     out.append([kept], [rb.read_header(kept)])
+        for segment in group:
+            for txn in segment.txn_index.entries:
+                out.txn_index.append(txn)
         out.seal()
         out.rename_suffix(SWAP_SUFFIX)
     except BaseException:

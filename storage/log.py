@@ -3,6 +3,14 @@
 Directory ``<data>/<topic>-<partition>/`` holds the segments (see segment.py), producer-state
 ``*.snapshot`` files and the small state files of log_directory.py. The contract (offsets,
 durability per flush setting, concurrency) is ``Log``'s docstring.
+
+Transactions leave two kinds of state on disk besides their batches. Producer snapshots
+(producer_state.py, version 2) carry each producer's open transaction as the offset of its
+first batch. A segment whose batches include a marker aborting a transaction has a
+``.txnindex`` (transaction_index.py): one 36-byte entry per such abort, (producer id, first
+offset, marker offset, last stable offset then), all offsets absolute, each marker's entry in
+the index of the segment that holds the marker. Both are derived from the batches: a replay
+of the log rebuilds them after a crash (log_transactions.py).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from rafka.storage.log_directory import LogDirectory
 from rafka.storage.log_loader import RecoveryReport, load_segments, rebuild_leader_epochs
 from rafka.storage.log_removals import LogRemovals
 from rafka.storage.log_segments import LogSegments
+from rafka.storage.log_transactions import LogTransactions
 from rafka.storage.log_validator import (
     LogAppendInfo,
     PreparedBatch,
@@ -31,6 +40,7 @@ from rafka.storage.log_validator import (
 )
 from rafka.storage.producer_state import ProducerStateManager
 from rafka.storage.segment import Segment
+from rafka.storage.transaction_markers import marker_of
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +63,19 @@ class LogReadResult(NamedTuple):
     log_start_offset: int
     high_watermark: int
     log_end_offset: int
+    last_stable_offset: int
 
 
-class Log(LogRemovals):
+class Log(LogRemovals, LogTransactions):
     """The segments of one partition and the offsets that describe them.
 
-    Offsets: ``log_start_offset <= high_watermark <= log_end_offset``, kept by one setter.
+    Offsets: ``log_start_offset <= last_stable_offset <= high_watermark <= log_end_offset``;
+    one setter clamps the high watermark, and the last stable offset (the first offset of
+    the earliest open transaction, capped by the high watermark) is computed from them.
     The owner moves the high watermark (``update_high_watermark``) and checkpoints it
     (``checkpoint_high_watermark``, and at ``close``); a reopened log starts from the
-    checkpointed value, which may lag. Retention and compaction act only below it.
+    checkpointed value, which may lag. Retention acts only below the high watermark,
+    compaction only below the last stable offset; read_committed consumers read below it.
 
     Durability under power loss. A process crash loses nothing an append returned: the bytes
     are in the OS page cache, which outlives the process. An OS crash or power loss keeps
@@ -155,16 +169,6 @@ class Log(LogRemovals):
         if epoch > self.epoch_cache.latest_epoch and not self.epoch_cache.needs_rebuild:
             self.epoch_cache.assign(epoch, header.base_offset)
 
-    def _rebuild_producer_state(self) -> None:
-        """Load the newest snapshot at or below the log end and replay headers after it."""
-        start = self.producer_state.load_latest_snapshot(self.log_end_offset)
-        start = self.log_start_offset if start is None else start
-        if start >= self.log_end_offset:
-            return
-        for header in self._segments.headers_from(start):
-            if header.base_offset >= start:
-                self.producer_state.update(header)
-
     # -- offsets -------------------------------------------------------------------------------
 
     @property
@@ -197,13 +201,14 @@ class Log(LogRemovals):
     @property
     def cleanable_end_offset(self) -> int:
         """First offset that compaction leaves alone (Kafka's first uncleanable dirty offset):
-        the lower of the high watermark and the active segment's base.
+        the lower of the last stable offset and the active segment's base.
 
         Records at or above the high watermark are not yet on every in-sync replica and a
         follower may still truncate them, so a newer value there must never remove an older,
-        committed one. With transactions, the last stable offset (never above the high
-        watermark) takes the high watermark's place here."""
-        return min(self.high_watermark, self.active_segment.base_offset)
+        committed one; records at or above the last stable offset (never above the high
+        watermark) may belong to a transaction that has not ended, so compaction cannot yet
+        tell whether they count."""
+        return min(self.last_stable_offset, self.active_segment.base_offset)
 
     def segments_below(self, offset: int) -> list[Segment]:
         """The oldest non-active segments whose whole range lies below ``offset``: a segment
@@ -223,21 +228,26 @@ class Log(LogRemovals):
         """Validate client batches, assign their offsets and append them.
 
         ``records`` holds one or more whole batches (bytes-like). Each is checked (length,
-        magic, CRC, size limits, producer sequence); offsets are assigned by patching each
-        header, never by re-encoding. An idempotent batch must come alone; if it repeats one of
-        its producer's last five batches, nothing is written and the original offsets return.
+        magic, CRC, size limits, producer state); offsets are assigned by patching each
+        header, never by re-encoding. A batch with a producer id (idempotent or transactional
+        data, or a transaction marker, which needs ``allow_control``) must come alone; if it
+        repeats one of its producer's last five batches, nothing is written and the original
+        offsets return. A coordinator writes a marker built with
+        ``record_batch.encode_control_batch``.
         """
         view = memoryview(records).cast("B")
         batches = validate_batches(view, self.config, self.directory, allow_control)
-        # Transaction markers carry a producer id but no sequence: only data batches are checked.
-        idempotent = [h for _, h in batches if h.has_producer_id and not h.is_control]
-        if idempotent:
+        producers = [(p, h) for p, h in batches if h.has_producer_id]
+        if producers:
             if len(batches) != 1:
                 raise InvalidRecord(
-                    f"an idempotent producer's batch must be appended alone, got {len(batches)} "
-                    "batches in one request; send one batch per partition per request"
+                    f"a producer's batch (idempotent, transactional or a transaction marker) "
+                    f"must be appended alone, got {len(batches)} batches in one request; send "
+                    "one batch per partition per request"
                 )
-            duplicate = self.producer_state.check(idempotent[0])
+            position, header = producers[0]
+            marker = marker_of(header, view, position)
+            duplicate = self.producer_state.check(header, marker)
             if duplicate is not None:
                 return LogAppendInfo(
                     duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, -1,
@@ -266,8 +276,12 @@ class Log(LogRemovals):
     def _write(self, batches: list[PreparedBatch]) -> None:
         """Roll if needed, write the batches (each given as buffers and its final header) to
         the active segment with as few writev calls as the OS allows, then update leader
-        epochs, producer state and the flush policy."""
+        epochs, producer state (and a transaction index) and the flush policy."""
         headers = [h for _, h in batches]
+        # Markers are read before anything is written: one that cannot be read must not
+        # leave a batch on disk that producer state never saw.
+        markers = [marker_of(h, b"".join(parts)) if h.is_control else None
+                   for parts, h in batches]  # fmt: skip
         total = sum(h.size for h in headers)
         self._maybe_roll(total, headers[0].max_timestamp, headers[-1].last_offset)
         segment = self.active_segment
@@ -282,10 +296,10 @@ class Log(LogRemovals):
             # A later call failed: the earlier ones must go too, or a retry writes them twice.
             segment.cut_back(position, headers[0].base_offset, state)
             raise
-        for header in headers:
+        for header, marker in zip(headers, markers):
             if header.partition_leader_epoch >= 0:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-            self.producer_state.update(header)
+            self._update_producer_state(segment, header, marker)
         self.log_end_offset = segment.next_offset
         self.flush_policy.record_append(sum(h.record_count for h in headers))
         if self.flush_policy.due_after_append(self.clock()):
@@ -357,7 +371,9 @@ class Log(LogRemovals):
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> LogReadResult:
         """Whole batches starting with the one that holds ``offset``, at most ``max_bytes``
         (but at least one batch), none at or past ``max_offset`` (pass the high watermark for
-        consumers). The first batch may start before ``offset``: the reader skips records."""
+        read_uncommitted consumers, the last stable offset for read_committed ones, with
+        ``aborted_transactions`` of the range read). The first batch may start before
+        ``offset``: the reader skips records."""
         if max_bytes <= 0:
             raise InvalidFetchSize(f"max_bytes={max_bytes}; ask for at least 1 byte")
         if offset < self.log_start_offset or offset > self.log_end_offset:
@@ -367,8 +383,9 @@ class Log(LogRemovals):
             )
         data = self._segments.read(offset, max_bytes, max_offset)
         return LogReadResult(
-            data, self.log_start_offset, self.high_watermark, self.log_end_offset
-        )
+            data, self.log_start_offset, self.high_watermark, self.log_end_offset,
+            self.last_stable_offset,
+        )  # fmt: skip
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is at or after

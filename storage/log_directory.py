@@ -11,9 +11,10 @@ Besides the segments (segment.py) and producer snapshots (producer_state.py) it 
     high-watermark            the owner's last checkpoint of the high watermark
 
 A file created in the directory survives a power loss only once the directory is fsynced.
-Segments are created often (every roll), so their entries are synced lazily: the directory
-remembers that it has unsynced entries and the log syncs it before it reports records in a
-new segment flushed (``sync_if_needed``), as Kafka's flush does.
+Segments (and the transaction index a segment gets at its first aborted transaction) are
+created often, so their entries are synced lazily: the directory remembers that it has
+unsynced entries and the log syncs it before it reports records in a new segment (or a new
+index entry) flushed (``sync_if_needed``), as Kafka's flush does.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ class LogDirectory:
         if new:
             self._unsynced = True
         return segment
+
+    def entry_created(self) -> None:
+        """A file was created here besides a segment (a transaction index): the next
+        ``sync_if_needed`` makes its entry durable too."""
+        self._unsynced = True
 
     def sync_if_needed(self) -> None:
         """fsync the directory if a segment was created since it was last synced."""

@@ -38,9 +38,11 @@ from rafka.storage.segment import (
     Segment,
     segment_name,
 )
+from rafka.storage.transaction_index import TXN_INDEX_SUFFIX
 
 log = logging.getLogger(__name__)
 
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
@@ -107,8 +109,13 @@ def complete_interrupted_swaps(
     segment was finished and fsynced before its inputs were touched: every input segment it
     covers (base offsets from the swap's base up to its last offset) is deleted and the swap
     renamed into place (indexes first, the ``.log`` last, so a crash during this redoes it).
+    Its transaction index is the one file of it that cannot be rebuilt from its batches
+    alone, and a power loss may keep the ``.log``'s renames but not the index's (a file
+    system may persist renames in any order): the index is then found under its earlier or
+    final name (``_adopt_txn_indexes``; it was complete and synced before any rename).
     Index files without a ``.log`` (a segment deletion cut short) are deleted last.
     """
+    _adopt_txn_indexes(directory)
     names = files.listdir(directory)
     for name in names:
         if name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp"):
@@ -135,15 +142,37 @@ def complete_interrupted_swaps(
     _delete_orphaned_indexes(directory)
 
 
+def _adopt_txn_indexes(directory: str) -> None:
+    """Give each ``.swap`` segment without a ``.txnindex.swap`` the transaction index a crash
+    left under another name: ``.cleaned`` (its rename to ``.swap`` did not persist), else the
+    final name (its rename into place did; or the file is the input's at the same base, whose
+    entries the swap holds too). See ``complete_interrupted_swaps``."""
+    names = set(files.listdir(directory))
+    for name in names:
+        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            continue
+        base = _base_offset_of(name, LOG_SUFFIX + SWAP_SUFFIX)
+        if base is None:
+            continue
+        index = segment_name(base) + TXN_INDEX_SUFFIX
+        if index + SWAP_SUFFIX in names:
+            continue
+        for found in (index + CLEANED_SUFFIX, index):
+            if found in names:
+                files.rename(os.path.join(directory, found),
+                             os.path.join(directory, index + SWAP_SUFFIX))  # fmt: skip
+                break
+
+
 def _delete_orphaned_indexes(directory: str) -> None:
     """Delete index files whose ``.log`` is gone, and swap indexes whose swap never got its
     ``.log`` renamed (every complete swap has been put in place by now)."""
     names = set(files.listdir(directory))
     for name in names:
-        if name.endswith((INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX)):
+        if name.endswith(tuple(s + SWAP_SUFFIX for s in _INDEX_SUFFIXES)):
             files.unlink(os.path.join(directory, name))
             continue
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in _INDEX_SUFFIXES:
             base = _base_offset_of(name, suffix) if name.endswith(suffix) else None
             if base is not None and segment_name(base) + LOG_SUFFIX not in names:
                 files.unlink(os.path.join(directory, name))

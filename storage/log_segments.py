@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 from rafka.storage import record_batch as rb
 from rafka.storage.segment import Segment
+from rafka.storage.transaction_index import AbortedTxn
 
 
 class LogSegments:
@@ -53,11 +54,30 @@ class LogSegments:
     def headers_from(self, offset: int) -> Iterator[rb.BatchHeader]:
         """Header of every batch that holds ``offset`` or a later offset, in order. Raises
         CorruptRecord at a damaged batch, after yielding the ones before it."""
+        for _, _, header in self.batches_from(offset):
+            yield header
+
+    def batches_from(self, offset: int) -> Iterator[tuple[Segment, int, rb.BatchHeader]]:
+        """(segment, position, header) of every batch that holds ``offset`` or a later
+        offset, in order, reading headers only (``segment.read_at`` gets a whole batch)."""
         for segment in self.ordered[max(self.index_of(offset), 0) :]:
             _, position = segment.offset_index.lookup(offset)
-            for _, header in segment.iter_headers(position):
+            for position, header in segment.iter_headers(position):
                 if header.last_offset >= offset:
-                    yield header
+                    yield segment, position, header
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Entries of the transaction indexes for transactions that overlap [start, end)
+        (aborted at or after ``start``, begun before ``end``), by first offset. A marker is
+        never before its transaction's records, so the search starts at the segment holding
+        ``start`` and ends at the first entry whose last stable offset reaches ``end``."""
+        found: set[AbortedTxn] = set()
+        for segment in self.ordered[max(self.index_of(start), 0) :]:
+            entries, complete = segment.txn_index.collect(start, end)
+            found.update(entries)
+            if complete:
+                break
+        return sorted(found, key=lambda t: (t.first_offset, t.last_offset))
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None) -> memoryview:
         """Whole batches from the one holding ``offset`` (or the next one after a compacted

@@ -97,6 +97,8 @@ def validate_batches(
             )
         if header.is_control and not allow_control:
             raise InvalidRecord("control batches are written only by a transaction coordinator")
+        if not as_follower:
+            _check_transactional_header(header)
         if not as_follower and header.record_count != header.last_offset_delta + 1:
             raise InvalidRecord(
                 f"batch declares {header.record_count} records but last offset delta "
@@ -110,6 +112,22 @@ def validate_batches(
                 batches.sections[position] = section
         batches.append((position, header))
     return batches
+
+
+def _check_transactional_header(header: rb.BatchHeader) -> None:
+    """Producer state reads a transaction from these header fields alone: a transactional
+    batch names its producer, and a control batch is a marker (transactional, one record)."""
+    if header.is_transactional and not header.has_producer_id:
+        raise InvalidRecord(
+            "a transactional batch needs the producer id and epoch that InitProducerId gave "
+            "its producer; set them in the batch header"
+        )
+    if header.is_control and not (header.is_transactional and header.record_count == 1):
+        raise InvalidRecord(
+            "a control batch must be a transaction marker: transactional, with a producer id "
+            f"and exactly one record (got {header.record_count}); encode it with "
+            "encode_control_batch"
+        )
 
 
 def check_records(

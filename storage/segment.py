@@ -5,10 +5,14 @@ Files (``NNNNNNNNNNNNNNNNNNNN`` is the base offset, 20 digits):
     NNNN.log        batches back to back, each as record_batch describes
     NNNN.index      offset -> position, an entry every ``index.interval.bytes``
     NNNN.timeindex  running max timestamp -> offset, alongside each offset-index entry
+    NNNN.txnindex   the transactions aborted by markers in this segment (36 bytes each, see
+                    transaction_index.py); present only once the segment holds such a marker
 
 Only the log's last segment (the active one) is appended to. Not thread-safe: the owning
 Log serializes every call. After a crash the tail may be torn; ``recover()`` re-validates
-every batch, truncates at the first bad one and rebuilds both indexes.
+every batch, truncates at the first bad one and rebuilds both sparse indexes. The
+transaction index needs producer state to rebuild, so the log does that (its entries are
+deleted, renamed, flushed and truncated with the segment here).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from rafka.errors import CorruptRecord, KafkaStorageError
 from rafka.storage import files
 from rafka.storage import record_batch as rb
 from rafka.storage.index import IndexCorrupt, OffsetIndex, TimeIndex
+from rafka.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -72,11 +77,13 @@ class Segment:
         self.time_index = TimeIndex(
             self._stem + TIME_INDEX_SUFFIX + suffix, base_offset, max_index_entries
         )
+        self.txn_index = TransactionIndex(self._stem + TXN_INDEX_SUFFIX + suffix, base_offset)
         try:
             if new:
                 # Files left at these names by a deletion that a crash cut short must not be
                 # adopted: a stale index would point into a log that no longer matches it.
-                for path in (self.offset_index.path, self.time_index.path, self.log_path):
+                for path in (self.offset_index.path, self.time_index.path,
+                             self.txn_index.path, self.log_path):  # fmt: skip
                     files.unlink(path)
             self._fd = files.open_for_append(self.log_path)
             if new:
@@ -362,6 +369,7 @@ class Segment:
         position, header = found
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self._truncate_file(position)
         self.next_offset = self.base_offset
         self.max_timestamp = rb.NO_TIMESTAMP
@@ -398,7 +406,7 @@ class Segment:
             self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
 
     def flush(self, force: bool = False) -> None:
-        """fdatasync the log and both indexes (the log only if it was written since the last
+        """fdatasync the log and its indexes (the log only if it was written since the last
         flush, unless ``force``: data recovered after a crash may still be only in the cache)."""
         try:
             if self._unflushed or force:
@@ -406,6 +414,7 @@ class Segment:
                 self._unflushed = False
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
         except OSError as e:
             raise _storage_error("flush", self.log_path, e) from e
 
@@ -415,6 +424,7 @@ class Segment:
             self._fd = -1
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
         """Remove the segment's files, the ``.log`` last: a crash in between leaves either a
@@ -423,6 +433,7 @@ class Segment:
         try:
             self.offset_index.delete()
             self.time_index.delete()
+            self.txn_index.delete()
             files.unlink(self.log_path)
         except OSError as e:
             raise _storage_error("delete", self.log_path, e) from e
@@ -435,6 +446,7 @@ class Segment:
         try:
             self.offset_index.rename(self._stem + INDEX_SUFFIX + suffix)
             self.time_index.rename(self._stem + TIME_INDEX_SUFFIX + suffix)
+            self.txn_index.rename(self._stem + TXN_INDEX_SUFFIX + suffix)
             target = self._stem + LOG_SUFFIX + suffix
             files.rename(self.log_path, target)
             self.log_path = target

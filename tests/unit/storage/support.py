@@ -1,4 +1,4 @@
-"""Helpers for storage tests: a fake clock, a batch builder and a whole-log reader."""
+"""Helpers for storage tests: a fake clock, batch and marker builders and a whole-log reader."""
 
 from __future__ import annotations
 
@@ -45,3 +45,19 @@ def read_all(log: Log, start: int | None = None, max_offset: int | None = None):
     return out
 
 
+
+
+def txn_batch(values, pid: int, seq: int, epoch: int = 0, **kw) -> bytes:
+    """A transactional producer's data batch."""
+    return batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                 is_transactional=True, **kw)  # fmt: skip
+
+
+def marker(kind: rb.ControlType, pid: int, epoch: int = 0, coordinator_epoch: int = 0,
+           timestamp: int = 1_700_000_000_000) -> bytes:  # fmt: skip
+    """A transaction marker as a coordinator writes it."""
+    return rb.encode_control_batch(kind, producer_id=pid, producer_epoch=epoch,
+                                   coordinator_epoch=coordinator_epoch, timestamp=timestamp)  # fmt: skip
+
+
+COMMIT, ABORT = rb.ControlType.COMMIT, rb.ControlType.ABORT
