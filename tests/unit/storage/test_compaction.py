@@ -10,7 +10,7 @@ from rafka.storage import record_batch as rb
 from rafka.storage.compaction import compact, dirty_ratio
 from rafka.storage.segment import SWAP_SUFFIX
 
-from .support import FakeClock, batch, read_all
+from .support import ABORT, COMMIT, FakeClock, batch, marker, read_all, txn_batch
 
 DAY = 86_400_000
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": 600}
@@ -237,3 +237,78 @@ def test_truncating_inside_a_compacted_batch_ends_at_its_base_and_fetches_it_aga
     assert again.log_end_offset == 0
     again.append_as_follower(leader.read(0, 1 << 20).records)
     assert read_all(again) == read_all(leader)
+
+
+# -- transactions ------------------------------------------------------------------------------
+
+
+def txn_log(open_log, clock):
+    """Key k: committed "v1", then an aborted transaction's "v2" (an idempotent plain batch
+    between), then a committed transaction's j="w"; all in rolled segments, committed."""
+    log = open_log({**COMPACT, "segment.bytes": 400})
+    log.append_as_leader(batch([b"v1"], [b"k"], timestamp=clock.now), leader_epoch=0)  # 0
+    log.append_as_leader(txn_batch([b"v2", b"x2"], pid=1, seq=0, keys=[b"k", b"x"],
+                                   timestamp=clock.now), leader_epoch=0)  # 1-2  # fmt: skip
+    log.roll()
+    log.append_as_leader(txn_batch([b"w"], pid=2, seq=0, keys=[b"j"], timestamp=clock.now),
+                         leader_epoch=0)  # 3  # fmt: skip
+    log.append_as_leader(marker(ABORT, pid=1, epoch=1, timestamp=clock.now), leader_epoch=0,
+                         allow_control=True)  # 4  # fmt: skip
+    log.append_as_leader(marker(COMMIT, pid=2, epoch=1, timestamp=clock.now), leader_epoch=0,
+                         allow_control=True)  # 5  # fmt: skip
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    return log
+
+
+def test_an_aborted_value_never_makes_compaction_drop_a_committed_one(open_log, clock):
+    """The offset map ignores aborted records: k keeps its committed value; the aborted
+    batch goes whole and both markers stay."""
+    log = txn_log(open_log, clock)
+    result = compact(log, clock.now, force=True)
+    assert result.aborted_records_dropped == 2
+    held = [(o, k, v) for o, k, v, _ in read_all(log)]
+    assert [(o, k, v) for o, k, v in held if o not in (4, 5)] == [(0, b"k", b"v1"), (3, b"j", b"w")]
+    markers = [h for s in log.segments for _, h in s.iter_headers(0) if h.is_control]
+    assert [h.base_offset for h in markers] == [4, 5]
+
+
+def test_a_cleaned_segment_keeps_the_transaction_index_of_the_segments_it_replaces(
+    open_log, clock
+):
+    """The abort stays listed for consumers, across a reopen, and a second pass over the
+    cleaned segment still knows it."""
+    log = txn_log(open_log, clock)
+    compact(log, clock.now, force=True)
+    assert len(log.segments) == 2
+    assert log.aborted_transactions(0, 6) == [(1, 1)]
+    assert os.path.exists(log.segments[0].txn_index.path)
+    log.close()
+    again = open_log({**COMPACT, "segment.bytes": 400})
+    assert again.aborted_transactions(0, 6) == [(1, 1)]
+    compact(again, clock.now, force=True)
+    assert again.aborted_transactions(0, 6) == [(1, 1)]
+    assert [v for _, _, v, _ in read_all(again) if v in (b"v1", b"w")] == [b"v1", b"w"]
+
+
+def test_compaction_never_passes_the_last_stable_offset(open_log, clock):
+    """Segments holding records of a transaction still open are not cleaned, though they lie
+    below the high watermark: its records may yet abort."""
+    log = open_log(COMPACT)
+    log.append_as_leader(batch([b"old"], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    log.append_as_leader(txn_batch([b"new"], pid=1, seq=0, keys=[b"k"], timestamp=clock.now),
+                         leader_epoch=0)  # fmt: skip
+    log.roll()
+    log.append_as_leader(batch([b"newer"], [b"k"], timestamp=clock.now), leader_epoch=0)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == log.cleanable_end_offset == 1
+    compact(log, clock.now, force=True)
+    assert [v for _, _, v, _ in read_all(log)] == [b"old", b"new", b"newer"]
+    abort_at = log.append_as_leader(marker(ABORT, pid=1, epoch=1, timestamp=clock.now),
+                                    leader_epoch=0, allow_control=True).first_offset  # fmt: skip
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    compact(log, clock.now, force=True)
+    assert [v for o, _, v, _ in read_all(log) if o != abort_at] == [b"newer"]

@@ -16,7 +16,7 @@ from rafka.storage import record_batch as rb
 from rafka.storage.compaction import compact
 from rafka.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX, Segment
 
-from .support import batch, read_all
+from .support import ABORT, batch, marker, read_all, txn_batch
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": 600, "index.interval.bytes": 50}
 
@@ -288,3 +288,81 @@ def test_an_index_rebuild_cut_short_leaves_the_old_index_not_a_half_built_one(
     again = open_log(config)
     assert again.segments[0].max_timestamp == clock.now + 5000
     assert not [n for n in os.listdir(again.directory) if n.endswith(".tmp")]
+
+
+def _log_with_an_abort(open_log, clock):
+    """A compacted-topic log whose first segments hold an aborted transaction and its marker,
+    all rolled and committed; compaction keeps the marker and the index entry."""
+    log = open_log(COMPACT)
+    log.append_as_leader(txn_batch([b"aborted"], pid=1, seq=0, keys=[b"k"],
+                                   timestamp=clock.now), leader_epoch=0)  # fmt: skip
+    for i in range(12):
+        log.append_as_leader(batch([b"v%d" % i], [b"k%d" % (i % 3)], timestamp=clock.now + i),
+                             leader_epoch=0)  # fmt: skip
+    log.append_as_leader(marker(ABORT, pid=1, epoch=1, timestamp=clock.now), leader_epoch=0,
+                         allow_control=True)  # fmt: skip
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    return log
+
+
+@pytest.mark.parametrize("renames_before_the_crash", [0, 1, 2, 3])
+def test_a_crash_between_the_renames_of_a_swap_keeps_its_transaction_index(
+    open_log, clock, monkeypatch, renames_before_the_crash
+):
+    """The cleaned segment's transaction index cannot be rebuilt from its batches (the
+    aborted records are gone): a crash after any of the renames into place keeps it."""
+    log = _log_with_an_abort(open_log, clock)
+    real_rename_suffix = Segment.rename_suffix
+
+    def rename_then_crash(self, suffix):
+        if suffix != "":
+            return real_rename_suffix(self, suffix)
+        real_rename = os.replace
+        done = 0
+
+        def counted(source, target):
+            nonlocal done
+            if done == renames_before_the_crash:
+                raise Interrupted()
+            done += 1
+            real_rename(source, target)
+
+        monkeypatch.setattr(os, "replace", counted)
+        try:
+            real_rename_suffix(self, suffix)
+        finally:
+            monkeypatch.setattr(os, "replace", real_rename)
+
+    monkeypatch.setattr(Segment, "rename_suffix", rename_then_crash)
+    with pytest.raises(Interrupted):
+        compact(log, clock.now + 1000, force=True)
+    monkeypatch.setattr(Segment, "rename_suffix", real_rename_suffix)
+    log.abandon()
+
+    again = open_log(COMPACT)
+    assert _names(again, SWAP_SUFFIX) == []
+    assert again.aborted_transactions(0, again.log_end_offset) == [(1, 0)]
+    assert b"aborted" not in [r[2] for r in read_all(again)]
+
+
+@pytest.mark.parametrize("left_as", [CLEANED_SUFFIX, ""])
+def test_a_swap_whose_transaction_index_rename_was_lost_takes_it_under_its_other_name(
+    open_log, clock, left_as
+):
+    """A file system may persist the ``.log``'s rename and not the index's: the index is
+    found under its earlier name (``.cleaned``), or under its final one when its rename into
+    place persisted and the deletion of the input at the same base did not."""
+    log = _log_with_an_abort(open_log, clock)
+    real_replace = log.replace_segments
+    log.replace_segments = lambda old, new: None
+    compact(log, clock.now + 1000, force=True)
+    log.replace_segments = real_replace
+    log.abandon()
+    [swap] = _names(log, ".txnindex" + SWAP_SUFFIX)
+    stem = os.path.join(log.directory, swap[: -len(".txnindex" + SWAP_SUFFIX)])
+    os.replace(stem + ".txnindex" + SWAP_SUFFIX, stem + ".txnindex" + left_as)
+
+    again = open_log(COMPACT)
+    assert again.aborted_transactions(0, again.log_end_offset) == [(1, 0)]
+    assert _names(again, CLEANED_SUFFIX) == _names(again, SWAP_SUFFIX) == []

@@ -1,12 +1,21 @@
-"""Idempotent producers: duplicates answered with original offsets, gaps and fencing refused."""
+"""Producer state: idempotent duplicates answered with original offsets, gaps and fencing
+refused; open transactions tracked and ended by markers."""
 
 import os
 
 import pytest
 
-from rafka.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
+from rafka.errors import (
+    InvalidProducerEpoch,
+    InvalidRecord,
+    OutOfOrderSequence,
+    TransactionCoordinatorFenced,
+)
+from rafka.storage import record_batch as rb
+from rafka.storage.producer_state import CompletedTxn, ProducerStateManager
+from rafka.storage.transaction_markers import read_marker
 
-from .support import batch, read_all
+from .support import ABORT, COMMIT, batch, marker, read_all, txn_batch
 
 
 def pbatch(values, pid=7, epoch=0, seq=0):
@@ -210,3 +219,78 @@ def test_the_clusters_own_writers_never_expire_so_their_fencing_holds():
                             base_sequence=0)  # fmt: skip
     with pytest.raises(InvalidProducerEpoch):
         state.check(next(rb.iter_batches(stale))[1])
+
+
+# -- transactions ------------------------------------------------------------------------------
+
+
+def header_of(data: bytes, base_offset: int):
+    data = bytearray(data)
+    rb.set_base_offset(data, base_offset)
+    return rb.read_header(data), bytes(data)
+
+
+def txn_header(pid, base_offset, epoch=0, seq=0, count=1):
+    return header_of(txn_batch([b"v"] * count, pid, seq, epoch), base_offset)[0]
+
+
+def marker_header(kind, pid, base_offset, epoch=0, coordinator_epoch=0):
+    header, data = header_of(marker(kind, pid, epoch, coordinator_epoch), base_offset)
+    return header, read_marker(data)
+
+
+def test_a_marker_ends_the_open_transaction_and_says_how(tmp_path):
+    """update returns CompletedTxn(producer, first offset, marker offset, aborted) for a
+    marker that ends a transaction, None for one that ends nothing."""
+    state = ProducerStateManager(str(tmp_path), expiration_ms=10**9)
+    assert state.update(txn_header(1, 10, count=2)) is None
+    assert state.update(txn_header(1, 12, seq=2)) is None
+    assert state.first_unstable_offset() == 10
+    assert state.update(*marker_header(ABORT, 1, 13, epoch=1)) == CompletedTxn(1, 10, 13, True)
+    assert state.first_unstable_offset() is None
+    assert state.update(*marker_header(COMMIT, 1, 14, epoch=2)) is None
+    assert state.producers[1].epoch == 2
+    state.update(txn_header(1, 15, epoch=2))
+    assert state.update(*marker_header(COMMIT, 1, 16, epoch=3)) == CompletedTxn(1, 15, 16, False)
+
+
+def test_the_first_unstable_offset_is_the_earliest_open_transaction(tmp_path):
+    state = ProducerStateManager(str(tmp_path), expiration_ms=10**9)
+    for pid, offset in ((3, 5), (1, 6), (2, 7)):
+        state.update(txn_header(pid, offset))
+    state.update(*marker_header(COMMIT, 3, 8))
+    assert state.first_unstable_offset() == 6
+    assert state.ongoing_transactions() == {1: 6, 2: 7}
+
+
+def test_a_data_batch_of_a_new_epoch_keeps_the_open_transaction(tmp_path):
+    """Only a marker ends a transaction: a new epoch's batch (a hanging transaction the
+    coordinator never ended here) must not let the LSO pass the old one's records."""
+    state = ProducerStateManager(str(tmp_path), expiration_ms=10**9)
+    state.update(txn_header(1, 0, epoch=0))
+    state.update(txn_header(1, 1, epoch=1))
+    assert state.ongoing_transactions() == {1: 0}
+    assert state.producers[1].epoch == 1
+
+
+def test_a_control_batch_without_its_marker_is_refused(tmp_path):
+    header, _ = marker_header(ABORT, 1, 0)
+    with pytest.raises(ValueError, match="read_marker"):
+        ProducerStateManager(str(tmp_path), expiration_ms=10**9).update(header)
+
+
+def test_snapshots_carry_open_transactions_and_coordinator_epochs(tmp_path):
+    """A version-2 snapshot brings back each open transaction (in first-offset order) and
+    the coordinator epoch that fences older coordinators."""
+    state = ProducerStateManager(str(tmp_path), expiration_ms=10**9)
+    state.update(txn_header(2, 0))
+    state.update(*marker_header(COMMIT, 2, 1, epoch=1, coordinator_epoch=7))
+    state.update(txn_header(2, 3, epoch=1))
+    state.update(txn_header(1, 2))
+    state.take_snapshot(4)
+    again = ProducerStateManager(str(tmp_path), expiration_ms=10**9)
+    assert again.load_latest_snapshot(4) == 4
+    assert again.ongoing_transactions() == {1: 2, 2: 3}
+    assert again.first_unstable_offset() == 2
+    with pytest.raises(TransactionCoordinatorFenced):
+        again.check(*marker_header(COMMIT, 2, 4, epoch=1, coordinator_epoch=6))

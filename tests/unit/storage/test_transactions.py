@@ -235,6 +235,22 @@ def test_aborted_transactions_lists_those_overlapping_the_range_by_first_offset(
     assert log.aborted_transactions(7, 8) == []
 
 
+def test_a_long_transaction_aborted_after_a_shorter_one_is_still_found(open_log):
+    """The last stable offset stored with the shorter one's entry is the longer one's first
+    offset (still open then), so the lookup does not stop before the longer one's entry,
+    even in a later segment."""
+    log = open_log({"segment.bytes": 400})
+    log.append_as_leader(txn_batch([b"long"], pid=1, seq=0), leader_epoch=0)  # 0
+    log.append_as_leader(txn_batch([b"short"], pid=2, seq=0), leader_epoch=0)  # 1
+    write_marker(log, ABORT, pid=2, epoch=1)  # 2
+    assert log.active_segment.txn_index.entries == [AbortedTxn(2, 1, 2, 0)]
+    log.roll()
+    log.append_as_leader(batch([b"x"]), leader_epoch=0)  # 3
+    write_marker(log, ABORT, pid=1, epoch=1)  # 4
+    assert log.aborted_transactions(1, 2) == [(1, 0), (2, 1)]
+    assert log.aborted_transactions(3, 4) == [(1, 0)]
+
+
 def test_a_follower_indexes_the_aborts_it_copies(open_log, tmp_path):
     """Producer state and the index are fed from the leader's batches as they are copied."""
     leader = open_log()
