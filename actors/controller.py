@@ -272,9 +272,18 @@ class Controller:
         """The names of every coordinator shard (started if need be), for listing groups."""
         return await self.coordinators.group_coordinators()
 
+    async def transaction_coordinator(self, transactional_id: str) -> dict[str, Any]:
+        """Where ``transactional_id`` is served: {"shard", "name", "shards"}. The first call
+        creates ``__transaction_state``; each shard's coordinator starts on first use."""
+        return await self.coordinators.transaction_coordinator(transactional_id)
+
+    async def transaction_coordinators(self) -> list[str]:
+        """The names of every transaction coordinator shard (started if need be)."""
+        return await self.coordinators.transaction_coordinators()
+
     async def stop_coordinators(self) -> int:
-        """Stop the group coordinator actors (``rafka down``); their state is in
-        __consumer_offsets."""
+        """Stop the group and transaction coordinator actors (``rafka down``); their state
+        is in __consumer_offsets and __transaction_state."""
         return await self.coordinators.stop_coordinators()
 
     # -- status and shutdown -------------------------------------------------------------------

@@ -132,6 +132,18 @@ class Gateway:
             "group_coordinators"
         )]  # fmt: skip
 
+    def transaction_coordinator(self, transactional_id: str):
+        """The coordinator actor serving ``transactional_id``; started with
+        __transaction_state on first use."""
+        name = self.call_controller("transaction_coordinator", transactional_id)["name"]
+        return self._named(name, "transaction coordinator")
+
+    def transaction_coordinators(self) -> list:
+        """Every transaction coordinator shard's actor (for listing transactions)."""
+        return [self._named(n, "transaction coordinator") for n in self.call_controller(
+            "transaction_coordinators"
+        )]  # fmt: skip
+
     def _named(self, name: str, what: str):
         try:
             return ray.get_actor(name, namespace=self.namespace)
@@ -144,16 +156,22 @@ class Gateway:
         return getattr(handle, method).remote(*args)
 
     @staticmethod
-    def produce(replica, batch, acks: int, timeout_ms: int, client_id: str, request_no: int):
-        return replica.produce.remote(as_array(batch), acks, timeout_ms, client_id, request_no)
+    def produce(replica, batch, acks: int, timeout_ms: int, client_id: str, request_no: int,
+                transactional_id: str | None = None):  # fmt: skip
+        return replica.produce.remote(as_array(batch), acks, timeout_ms, client_id, request_no,
+                                      transactional_id)  # fmt: skip
 
     @staticmethod
     def fetch(replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
         return replica.fetch.remote(offset, max_bytes, min_bytes, max_wait_ms)
 
     @staticmethod
-    def list_offset(replica, timestamp: int):
-        return replica.list_offset.remote(timestamp)
+    def fetch_committed(replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
+        return replica.fetch_committed.remote(offset, max_bytes, min_bytes, max_wait_ms)
+
+    @staticmethod
+    def list_offset(replica, timestamp: int, read_committed: bool = False):
+        return replica.list_offset.remote(timestamp, read_committed)
 
     @staticmethod
     def describe(replica):

@@ -50,6 +50,7 @@ from rafka.actors.replica_check_in import ReplicaCheckIn, current_node_id
 from rafka.actors.replica_fetch import FetchHandler, WaitCutoff
 from rafka.actors.replica_follower import ReplicaFollower
 from rafka.actors.replica_produce import ProduceHandler
+from rafka.actors.replica_transactions import TransactionHandler
 from rafka.actors.replica_state import (
     is_stale,
     newer_topic_holds,
@@ -152,6 +153,7 @@ class PartitionReplica:
         self.follower = ReplicaFollower(self)
         self.isr = IsrProposer(self)
         self.produce_handler = ProduceHandler(self)
+        self.transactions = TransactionHandler(self)
         self.fetch_handler = FetchHandler(self)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -358,15 +360,28 @@ class PartitionReplica:
     # -- produce and fetch ---------------------------------------------------------------------
 
     async def produce(
-        self, batches, acks: int, timeout_ms: int, client_id: str = "", request_no: int = -1
-    ) -> tuple:
+        self, batches, acks: int, timeout_ms: int, client_id: str = "", request_no: int = -1,
+        transactional_id: str | None = None,
+    ) -> tuple:  # fmt: skip
         """Append client batches (one or more, back to back), each on its own: one may fail
         while the others are written. Answers (errno, message, log_start_offset, [(errno,
         message, base_offset, log_append_time) per batch]); a request-level error (not the
-        leader, too few in-sync replicas) fails every batch. With acks=-1 the answer waits
-        until the high watermark passes the batches. ``request_no`` numbers one client's
-        requests to this partition from 0; they are appended in that order (-1: no order)."""
-        return await self.produce_handler.produce(batches, acks, timeout_ms, client_id, request_no)
+        leader, too few in-sync replicas, a transaction its coordinator does not confirm)
+        fails every batch. With acks=-1 the answer waits until the high watermark passes the
+        batches. ``request_no`` numbers one client's requests to this partition from 0; they
+        are appended in that order (-1: no order). ``transactional_id``: the producer's, for
+        transactional batches."""
+        return await self.produce_handler.produce(batches, acks, timeout_ms, client_id,
+                                                  request_no, transactional_id)  # fmt: skip
+
+    async def write_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> tuple:  # fmt: skip
+        """A transaction coordinator ends a producer's transaction here (see
+        ``replica_transactions``). Answers (errno, message, offset of the marker)."""
+        return await self.transactions.write_marker(producer_id, producer_epoch, commit,
+                                                    coordinator_epoch, timeout_ms)  # fmt: skip
 
     async def fetch(
         self, offset: int, max_bytes: int, min_bytes: int = 1, max_wait_ms: int = 500
@@ -375,6 +390,17 @@ class PartitionReplica:
         up to ``max_wait_ms`` for ``min_bytes``. Answers (errno, message, high_watermark,
         log_start_offset, log_end_offset, records)."""
         return await self.fetch_handler.fetch(offset, max_bytes, min_bytes, max_wait_ms)
+
+    async def fetch_committed(
+        self, offset: int, max_bytes: int, min_bytes: int = 1, max_wait_ms: int = 500
+    ) -> tuple:
+        """A read_committed consumer's fetch: whole batches from ``offset`` up to the last
+        stable offset (markers included). Answers (errno, message, high_watermark,
+        log_start_offset, log_end_offset, records, last_stable_offset, aborted), ``aborted``
+        being [producer id, first offset] of each aborted transaction the records overlap:
+        the consumer drops those producers' batches from there to their ABORT marker."""
+        return await self.fetch_handler.fetch_committed(offset, max_bytes, min_bytes,
+                                                        max_wait_ms)  # fmt: skip
 
     async def replicate(
         self,
@@ -408,11 +434,11 @@ class PartitionReplica:
         not the block."""
         return await self.fetch_handler.export_block(start, end)
 
-    async def list_offset(self, timestamp: int) -> tuple:
+    async def list_offset(self, timestamp: int, read_committed: bool = False) -> tuple:
         """(errno, message, offset, timestamp): EARLIEST (-2) gives the log start, LATEST (-1)
-        the high watermark, otherwise the first offset whose timestamp is >= ``timestamp``
-        (offset -1 when there is none)."""
-        return await self.fetch_handler.list_offset(timestamp)
+        the high watermark (the last stable offset when ``read_committed``), otherwise the
+        first offset whose timestamp is >= ``timestamp`` (offset -1 when there is none)."""
+        return await self.fetch_handler.list_offset(timestamp, read_committed)
 
     # -- status --------------------------------------------------------------------------------
 

@@ -91,6 +91,12 @@ def coordinator_name(shard: int) -> str:
     return f"rafka-group-coordinator-{shard}"
 
 
+def transaction_coordinator_name(shard: int) -> str:
+    """Actor name of the transaction coordinator serving partition ``shard`` of
+    __transaction_state."""
+    return f"rafka-transaction-coordinator-{shard}"
+
+
 def pinned_to_disk(disk: str, resource: str = DISK_RESOURCE) -> dict[str, Any]:
     """Ray actor options that pin an actor to ``disk`` (a node labelled with it that offers
     ``resource``) and restart it there forever."""

@@ -24,6 +24,7 @@ from rafka.actors import metrics
 from rafka.actors.block_export import BlockExporter
 from rafka.cluster.replication import UNDEFINED_EPOCH, diverging_epoch
 from rafka.errors import NotLeaderOrFollower, OffsetOutOfRange, RafkaError
+from rafka.storage import record_batch as rb
 from rafka.storage.log import now_ms
 
 if TYPE_CHECKING:
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 EARLIEST = -2
 LATEST = -1
 _EMPTY = np.zeros(0, dtype=np.uint8)
+# How far a read goes: the high watermark (consumers), the last stable offset
+# (read_committed consumers), the log end (followers).
+_TO_HW, _TO_LSO, _TO_LEO = "high watermark", "last stable offset", "log end"
 
 
 class WaitCutoff:
@@ -62,7 +66,7 @@ class FetchHandler:
         started = time.perf_counter()
         try:
             self.replica.require_leader()
-            data = await self._read_waiting(offset, max_bytes, min_bytes, max_wait_ms, True)
+            data = await self._read_waiting(offset, max_bytes, min_bytes, max_wait_ms, _TO_HW)
         except RafkaError as e:
             self._fetched(metrics.CONSUMER, _EMPTY, started)
             return (e.errno, str(e), -1, -1, -1, _EMPTY)
@@ -70,6 +74,28 @@ class FetchHandler:
         records = np.frombuffer(data, dtype=np.uint8) if len(data) else _EMPTY
         log_ = self.replica.log
         return (0, "", log_.high_watermark, log_.log_start_offset, log_.log_end_offset, records)
+
+    async def fetch_committed(
+        self, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int
+    ) -> tuple:
+        """A read_committed consumer's fetch: see ``PartitionReplica.fetch_committed``."""
+        started = time.perf_counter()
+        try:
+            self.replica.require_leader()
+            data = await self._read_waiting(offset, max_bytes, min_bytes, max_wait_ms, _TO_LSO)
+        except RafkaError as e:
+            self._fetched(metrics.CONSUMER, _EMPTY, started)
+            return (e.errno, str(e), -1, -1, -1, _EMPTY, -1, [])
+        self._fetched(metrics.CONSUMER, data, started)
+        log_ = self.replica.log
+        aborted: list = []
+        records = _EMPTY
+        if len(data):
+            records = np.frombuffer(data, dtype=np.uint8)
+            *_, (_, last) = rb.iter_batches(data)
+            aborted = [list(a) for a in log_.aborted_transactions(offset, last.next_offset)]
+        return (0, "", log_.high_watermark, log_.log_start_offset, log_.log_end_offset,
+                records, log_.last_stable_offset, aborted)  # fmt: skip
 
     async def replicate(
         self, follower: int, leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
@@ -104,7 +130,7 @@ class FetchHandler:
                 async with appended:
                     appended.notify_all()
             r.isr.maybe_propose()
-            data = await self._read_waiting(fetch_offset, max_bytes, 1, max_wait_ms, False,
+            data = await self._read_waiting(fetch_offset, max_bytes, 1, max_wait_ms, _TO_LEO,
                                             cutoff)  # fmt: skip
         except RafkaError as e:
             self._fetched(metrics.REPLICATION, _EMPTY, started)
@@ -126,16 +152,16 @@ class FetchHandler:
                 epoch, max(end_offset, 0), _EMPTY)  # fmt: skip
 
     async def _read_waiting(
-        self, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int, committed: bool,
+        self, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int, upto: str,
         cutoff: WaitCutoff | None = None,
     ):
-        """Batches from ``offset`` (below the high watermark when ``committed``), waiting up to
+        """Batches from ``offset`` below ``upto`` (see ``_read``), waiting up to
         ``max_wait_ms`` for ``min_bytes``, while this replica keeps leading, and, given a
         ``cutoff``, until it is cut short (then the replica's waiters are woken)."""
         r = self.replica
         appended = r.loop_ready()
         leader = r.leader
-        data = self._read(offset, max_bytes, committed)
+        data = self._read(offset, max_bytes, upto)
         if len(data) < min_bytes and max_wait_ms > 0:
             deadline = time.monotonic() + max_wait_ms / 1000
             async with appended:
@@ -149,12 +175,19 @@ class FetchHandler:
                         await asyncio.wait_for(appended.wait(), remaining)
                     except asyncio.TimeoutError:
                         pass
-                    data = self._read(offset, max_bytes, committed)
+                    data = self._read(offset, max_bytes, upto)
         return data
 
-    def _read(self, offset: int, max_bytes: int, committed: bool):
+    def _read(self, offset: int, max_bytes: int, upto: str):
+        """Whole batches from ``offset``, below the high watermark (``_TO_HW``), the last
+        stable offset (``_TO_LSO``) or the log end (``_TO_LEO``)."""
         log_ = self.replica.log
-        limit = log_.high_watermark if committed else None
+        if upto == _TO_HW:
+            limit = log_.high_watermark
+        elif upto == _TO_LSO:
+            limit = log_.last_stable_offset
+        else:
+            limit = None
         return log_.read(offset, max_bytes, limit).records
 
     async def export_block(self, start: int, end: int) -> tuple:
@@ -174,20 +207,21 @@ class FetchHandler:
                     f"{r.broker_id}; plan the read again"
                 )
             ref, rows = await self.exporter.export(
-                lambda offset, max_bytes: self._read(offset, max_bytes, True), start, end
+                lambda offset, max_bytes: self._read(offset, max_bytes, _TO_HW), start, end
             )
         except RafkaError as e:
             return (e.errno, str(e), [], 0)
         return (0, "", [ref], rows)
 
-    async def list_offset(self, timestamp: int) -> tuple:
+    async def list_offset(self, timestamp: int, read_committed: bool = False) -> tuple:
         log_ = self.replica.log
         try:
             self.replica.require_leader()
             if timestamp == EARLIEST:
                 return (0, "", log_.log_start_offset, -1)
             if timestamp == LATEST:
-                return (0, "", log_.high_watermark, -1)
+                latest = log_.last_stable_offset if read_committed else log_.high_watermark
+                return (0, "", latest, -1)
             found = log_.offset_for_timestamp(timestamp)
             if found is None or found[0] >= log_.high_watermark:
                 return (0, "", -1, -1)

@@ -274,9 +274,10 @@ class ReplicaHost:
         return replica
 
     async def produce(self, topic_id: str, partition: int, batches, acks: int,
-                      timeout_ms: int, client_id: str = "", request_no: int = -1) -> tuple:
+                      timeout_ms: int, client_id: str = "", request_no: int = -1,
+                      transactional_id: str | None = None) -> tuple:  # fmt: skip
         return await self._replica(topic_id, partition).produce(
-            batches, acks, timeout_ms, client_id, request_no
+            batches, acks, timeout_ms, client_id, request_no, transactional_id
         )
 
     async def fetch(self, topic_id: str, partition: int, offset: int, max_bytes: int,
@@ -284,6 +285,16 @@ class ReplicaHost:
         return await self._replica(topic_id, partition).fetch(
             offset, max_bytes, min_bytes, max_wait_ms
         )
+
+    async def fetch_committed(self, topic_id: str, partition: int, offset: int,
+                              max_bytes: int, min_bytes: int = 1,
+                              max_wait_ms: int = 500) -> tuple:  # fmt: skip
+        return await self._replica(topic_id, partition).fetch_committed(
+            offset, max_bytes, min_bytes, max_wait_ms
+        )
+
+    async def write_marker(self, topic_id: str, partition: int, *args) -> tuple:
+        return await self._replica(topic_id, partition).write_marker(*args)
 
     async def replicate(self, topic_id: str, partition: int, *args) -> tuple:
         return await self._replica(topic_id, partition).replicate(*args)
@@ -323,8 +334,9 @@ class ReplicaHost:
     async def export_block(self, topic_id: str, partition: int, start: int, end: int) -> tuple:
         return await self._replica(topic_id, partition).export_block(start, end)
 
-    async def list_offset(self, topic_id: str, partition: int, timestamp: int) -> tuple:
-        return await self._replica(topic_id, partition).list_offset(timestamp)
+    async def list_offset(self, topic_id: str, partition: int, timestamp: int,
+                          read_committed: bool = False) -> tuple:  # fmt: skip
+        return await self._replica(topic_id, partition).list_offset(timestamp, read_committed)
 
     async def describe(self, topic_id: str, partition: int) -> dict[str, Any]:
         return self._replica(topic_id, partition).describe_sync()

@@ -43,8 +43,9 @@ class ProduceHandler:
         self.order = RequestOrder(replica.logger)
 
     async def produce(
-        self, batches, acks: int, timeout_ms: int, client_id: str, request_no: int
-    ) -> tuple:
+        self, batches, acks: int, timeout_ms: int, client_id: str, request_no: int,
+        transactional_id: str | None = None,
+    ) -> tuple:  # fmt: skip
         """See ``PartitionReplica.produce``."""
         r = self.replica
         started = time.perf_counter()
@@ -56,6 +57,10 @@ class ProduceHandler:
         records_in = bytes_in = 0  # for the metrics: what this call appended
         try:
             try:
+                pieces = split_batches(batches)
+                refused = await r.transactions.check_transactional(pieces, transactional_id)
+                if refused is not None:
+                    raise refused
                 leader = r.require_leader()
                 min_isr = r.log.config.min_insync_replicas
                 if acks == -1 and not leader.enough_in_sync(min_isr):
@@ -64,7 +69,7 @@ class ProduceHandler:
                         f"replica(s), below min.insync.replicas={min_isr}; wait for replicas "
                         "to catch up or produce with acks=1"
                     )
-                for batch in split_batches(batches):
+                for batch in pieces:
                     try:
                         info = r.log.append_as_leader(batch, leader.leader_epoch)
                     except RafkaError as e:
@@ -85,7 +90,7 @@ class ProduceHandler:
                 async with appended:
                     appended.notify_all()
             if acks == -1 and r.log.high_watermark <= last_offset:
-                await self._await_high_watermark(leader, last_offset + 1, timeout_ms)
+                await self.await_high_watermark(leader, last_offset + 1, timeout_ms)
         except RafkaError as e:
             self._produced(records_in, bytes_in, acks, started)
             return (e.errno, str(e), -1, [])
@@ -98,7 +103,7 @@ class ProduceHandler:
         elapsed = metrics.elapsed_ms(started, time.perf_counter())
         self.replica.partition_metrics.produced(records, size, acks, elapsed)
 
-    async def _await_high_watermark(self, leader: LeaderState, offset: int, timeout_ms: int):
+    async def await_high_watermark(self, leader: LeaderState, offset: int, timeout_ms: int):
         """Wait until the high watermark reaches ``offset``, while ``leader`` still leads."""
         r = self.replica
         appended = r.loop_ready()

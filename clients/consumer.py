@@ -28,6 +28,12 @@ from rafka.clients.serializers import resolve
 from rafka.errors import IllegalState, InvalidConfig, error_class
 from rafka.types import OffsetAndTimestamp, Record, TopicPartition
 
+#: Kafka's isolation levels: read_uncommitted reads up to the high watermark, every record;
+#: read_committed up to the last stable offset, without aborted transactions' records.
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+
 __all__ = ["Consumer", "EARLIEST", "LATEST"]
 
 
@@ -61,7 +67,14 @@ class Consumer(GroupConsumerMixin):
         max_poll_interval_ms: int = 300_000,
         partition_assignment_strategy: Any = DEFAULT_STRATEGY,
         metadata_max_age_ms: int = 300_000,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise InvalidConfig(
+                f"isolation_level={isolation_level!r} is invalid; use {READ_UNCOMMITTED!r} "
+                f"(every record, Kafka's default) or {READ_COMMITTED!r} (only records of "
+                "committed transactions, and none past an open one)"
+            )
         if auto_offset_reset not in RESETS:
             raise InvalidConfig(
                 f"auto_offset_reset={auto_offset_reset!r} is invalid; use one of {RESETS}"
@@ -77,6 +90,7 @@ class Consumer(GroupConsumerMixin):
         self._gateway = gateway
         self._metadata = metadata
         self.auto_offset_reset = auto_offset_reset
+        self.isolation_level = isolation_level
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
@@ -86,13 +100,14 @@ class Consumer(GroupConsumerMixin):
         self._partitions: dict[TopicPartition, PartitionState] = {}
         self._closed = False
         self._clock: Callable[[], float] = time.monotonic
-        self._offsets = OffsetLookup(gateway, metadata, auto_offset_reset, self.request_timeout_s)
+        self._offsets = OffsetLookup(gateway, metadata, auto_offset_reset, self.request_timeout_s,
+                                     read_committed=isolation_level == READ_COMMITTED)
         self._fetcher = Fetcher(
             gateway, metadata, fetch_min_bytes=fetch_min_bytes,
             fetch_max_wait_ms=fetch_max_wait_ms,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             request_timeout_s=self.request_timeout_s, auto_offset_reset=auto_offset_reset,
-            reset=self._reset,
+            reset=self._reset, read_committed=isolation_level == READ_COMMITTED,
         )  # fmt: skip
         self._reader = BufferReader(
             resolve(key_deserializer, 1, "key_deserializer"),

@@ -32,7 +32,7 @@ class PartitionState:
     __slots__ = (
         "tp", "position", "fetch_offset", "paused", "in_flight", "chunks", "records",
         "decoded_from", "high_watermark", "log_start_offset", "generation", "retry_at",
-        "fetch_after_drain",
+        "fetch_after_drain", "txn_filter",
     )  # fmt: skip
 
     def __init__(self, tp: TopicPartition) -> None:
@@ -51,6 +51,9 @@ class PartitionState:
         # A fetch ahead of the buffer was answered OffsetOutOfRange: hand out what is buffered
         # first, then fetch again at the position reached (only that answer may reset it).
         self.fetch_after_drain = False
+        # read_committed: the aborted transactions the fetch position is among
+        # (``rafka.storage.read_committed``); None until the first such answer.
+        self.txn_filter = None
 
     def clear(self) -> None:
         """Forget everything buffered and the fetch in flight (a seek or a reset)."""
@@ -59,6 +62,7 @@ class PartitionState:
         self.decoded_from = None
         self.in_flight = None
         self.fetch_after_drain = False
+        self.txn_filter = None  # the next answer starts a new walk from the new position
         self.generation += 1
 
     def buffered(self) -> bool:

@@ -17,6 +17,7 @@ from rafka.clients.consumer_buffer import PartitionState
 from rafka.clients.metadata import RECHECK_INTERVAL_S, SUSPECT_AFTER_S
 from rafka.errors import OffsetOutOfRange, RafkaError, error_class
 from rafka.storage import record_batch as rb
+from rafka.storage.read_committed import ReadCommittedFilter
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class Fetcher:
         self, gateway, metadata, *, fetch_min_bytes: int, fetch_max_wait_ms: int,
         max_partition_fetch_bytes: int, request_timeout_s: float, auto_offset_reset: str,
         reset: Callable[[PartitionState], None], clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = time.sleep, read_committed: bool = False,
     ) -> None:  # fmt: skip
         self.gateway = gateway
         self.metadata = metadata
@@ -45,6 +46,7 @@ class Fetcher:
         self.reset = reset
         self.clock = clock
         self.sleep = sleep
+        self.read_committed = read_committed
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -75,7 +77,8 @@ class Fetcher:
                 raise
             self._retry_later(state)
             return
-        ref = self.gateway.fetch(
+        fetch = self.gateway.fetch_committed if self.read_committed else self.gateway.fetch
+        ref = fetch(
             replica, state.fetch_offset, self.max_partition_fetch_bytes, self.fetch_min_bytes,
             self.fetch_max_wait_ms,
         )  # fmt: skip
@@ -159,7 +162,7 @@ class Fetcher:
         return bool(ready) or self.clock() < deadline
 
     def _on_answer(self, state: PartitionState, answer: tuple) -> None:
-        errno, message, high_watermark, log_start, _log_end, data = answer
+        errno, message, high_watermark, log_start, _log_end, data, *committed = answer
         if errno:
             error = error_class(errno)(message)
             if isinstance(error, OffsetOutOfRange):
@@ -183,5 +186,25 @@ class Fetcher:
         state.high_watermark = high_watermark
         state.log_start_offset = log_start
         if len(data):
-            state.chunks.append([data, 0])
             state.fetch_offset = rb.next_offset(data)
+            if committed:
+                _, aborted = committed
+                data = _committed_only(state, data, aborted)
+            if len(data):
+                state.chunks.append([data, 0])
+
+
+def _committed_only(state: PartitionState, data, aborted: list):
+    """The batches of a read_committed answer the consumer returns: those of aborted
+    transactions are dropped (``ReadCommittedFilter``; markers are skipped when read).
+    The answer itself when nothing is dropped, else a copy of what is kept."""
+    if state.txn_filter is None:
+        state.txn_filter = ReadCommittedFilter()
+    txn_filter = state.txn_filter
+    txn_filter.add_aborted((producer_id, first) for producer_id, first in aborted)
+    data_batches = sum(1 for _, header in rb.iter_batches(data) if not header.is_control)
+    kept = txn_filter.select(data)
+    if len(kept) == data_batches:
+        return data
+    view = memoryview(data).cast("B")
+    return b"".join(bytes(view[pos : pos + header.size]) for pos, header in kept)

@@ -23,7 +23,12 @@ class OffsetLookup:
     def __init__(
         self, gateway, metadata, auto_offset_reset: str, request_timeout_s: float,
         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+        read_committed: bool = False,
     ) -> None:  # fmt: skip
+        """``read_committed``: the latest offset is the last stable offset (a consumer that
+        starts there misses nothing an open transaction later commits), as Kafka's
+        ListOffsets answers a read_committed consumer."""
+        self.read_committed = read_committed
         self.gateway = gateway
         self.metadata = metadata
         self.auto_offset_reset = auto_offset_reset
@@ -41,7 +46,8 @@ class OffsetLookup:
                 meta = self.metadata.topic(tp.topic)
                 replica = self.metadata.replica(meta, tp.partition)
                 answer = self.gateway.get(
-                    self.gateway.list_offset(replica, timestamp), self.request_timeout_s
+                    self.gateway.list_offset(replica, timestamp, self.read_committed),
+                    self.request_timeout_s,
                 )
                 if answer[0] == 0:
                     return answer[2], answer[3]

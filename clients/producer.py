@@ -42,6 +42,7 @@ from rafka.clients.producer_batches import (
 )
 from rafka.clients.producer_config import make_config
 from rafka.clients.producer_sender import Sender
+from rafka.clients.producer_transactions import TransactionalMixin
 from rafka.errors import (
     IllegalState,
     RecordTooLarge,
@@ -56,8 +57,10 @@ log = logging.getLogger(__name__)
 RECORD_OVERHEAD = 8  # bytes a record adds to a batch besides key and value (msgpack framing)
 
 
-class Producer:
-    """Thread-safe; one background sender thread. Use as a context manager or call close()."""
+class Producer(TransactionalMixin):
+    """Thread-safe; one background sender thread. Use as a context manager or call close().
+    With a ``transactional_id``, records are sent inside transactions (see
+    ``producer_transactions``)."""
 
     def __init__(
         self,
@@ -83,7 +86,10 @@ class Producer:
         # The accumulator's lock and sticky batches, bound here for send()'s fast path.
         self._lock = self._accumulator.lock
         self._sticky_batches = self._accumulator.sticky_batches
-        if self.config.enable_idempotence:
+        if self.config.transactional_id is not None:
+            # init_transactions() gets the identity from the transaction coordinator.
+            self.producer_id, self.producer_epoch = rb.NO_PRODUCER_ID, rb.NO_PRODUCER_EPOCH
+        elif self.config.enable_idempotence:
             self.producer_id, self.producer_epoch = gateway.call_controller(
                 "allocate_producer_id"
             )
@@ -94,6 +100,10 @@ class Producer:
             self._accumulator, gateway, metadata, self.config,
             self.producer_id, self.producer_epoch, self.client_id,
         )  # fmt: skip
+        self._init_transactional()
+        # send()'s fast path: a bytes value to the sticky batch, no serializers, and no
+        # transaction to add the partition to first.
+        self._fast_sends = self._no_serializers and self._txn is None
         self._sender.start()
 
     # -- send ----------------------------------------------------------------------------------
@@ -115,7 +125,7 @@ class Producer:
         for ``max_block_ms``."""
         if (
             key is None and partition is None and headers is None and timestamp_ms is None
-            and callback is None and value.__class__ is bytes and self._no_serializers
+            and callback is None and value.__class__ is bytes and self._fast_sends
         ):  # fmt: skip
             # The common case (a bytes value, nothing else): append to the topic's sticky
             # batch with no other work. Anything unusual takes the general path below.
@@ -167,6 +177,8 @@ class Producer:
                 raise UnknownTopicOrPartition(
                     f"topic {topic!r} has partitions 0..{count - 1}, not {partition}"
                 )
+        if self._txn is not None:
+            self._join_transaction(topic, partition)
         with self._lock:
             return self._accumulator.append(
                 topic, partition, value, key, headers, timestamp_ms, callback, size, sticky
@@ -243,10 +255,13 @@ class Producer:
                 ks = None if key_col is None else (key_col if rows is None else key_col.take(rows))
                 row_sizes = sizes if rows is None else sizes[rows]
                 for start, stop in columnar.size_chunks(row_sizes, limit):
-                    with self._lock:
-                        p = target
-                        if p is None:
+                    p = target
+                    if p is None:
+                        with self._lock:
                             p = self._partitioner.partition(topic, None, len(meta))
+                    if self._txn is not None:
+                        self._join_transaction(topic, p)
+                    with self._lock:
                         batch = ProducerBatch(topic, p, timestamp)
                         batch.count = stop - start
                         batch.size = int(row_sizes[start:stop].sum())

@@ -26,6 +26,8 @@ class ProducerConfig(NamedTuple):
     delivery_timeout_ms: int = 120_000
     max_in_flight: int = 5
     enable_idempotence: bool = True
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
 
 
 def make_config(
@@ -42,6 +44,8 @@ def make_config(
     delivery_timeout_ms: int = 120_000,
     max_in_flight: int = 5,
     enable_idempotence: bool | None = None,
+    transactional_id: str | None = None,
+    transaction_timeout_ms: int = 60_000,
 ) -> ProducerConfig:
     """Validate producer settings (Kafka's names, in snake case); InvalidConfig says which."""
     if isinstance(acks, bool) or acks not in _ACKS:
@@ -64,6 +68,24 @@ def make_config(
         raise InvalidConfig(
             f"compression={compression!r} is not supported; use none, gzip, lz4 or zstd"
         ) from e
+    if transactional_id is not None:
+        if not isinstance(transactional_id, str) or not transactional_id:
+            raise InvalidConfig(
+                f"transactional_id={transactional_id!r} must be a non-empty string"
+            )
+        if enable_idempotence is False:
+            raise InvalidConfig(
+                "a transactional producer is idempotent: drop enable_idempotence=False or "
+                "the transactional_id"
+            )
+        if isinstance(transaction_timeout_ms, bool) or not isinstance(
+            transaction_timeout_ms, int
+        ) or transaction_timeout_ms <= 0:
+            raise InvalidConfig(
+                f"transaction_timeout_ms={transaction_timeout_ms!r} must be a positive "
+                "number of milliseconds"
+            )
+        enable_idempotence = True
     if enable_idempotence is None:  # Kafka's rule: on unless a setting conflicts with it
         enable_idempotence = acks_n == -1 and retries > 0 and max_in_flight <= 5
     elif enable_idempotence:
@@ -84,5 +106,5 @@ def make_config(
     return ProducerConfig(
         acks_n, linger_ms, batch_size, buffer_memory, max_block_ms, max_request_size, codec,
         retries, retry_backoff_ms, request_timeout_ms, delivery_timeout_ms, max_in_flight,
-        bool(enable_idempotence),
+        bool(enable_idempotence), transactional_id, transaction_timeout_ms,
     )  # fmt: skip

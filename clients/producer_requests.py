@@ -153,7 +153,7 @@ class RequestsMixin:
             )
             ref = self._gateway.produce(
                 replica, payload, config.acks, config.request_timeout_ms,
-                f"{self.client_id}.{queue.session}", request_no,
+                f"{self.client_id}.{queue.session}", request_no, config.transactional_id,
             )  # fmt: skip
         except Exception as e:  # noqa: BLE001 - the request fails, never the sender
             self._post_request(request, None, request_failure(request, e), reached=False)
@@ -198,6 +198,7 @@ class RequestsMixin:
             producer_id=batch.producer_id,
             producer_epoch=batch.producer_epoch,
             base_sequence=batch.sequence,
+            is_transactional=self.config.transactional_id is not None,
         )  # fmt: skip
         try:
             if batch.packed is not None:

@@ -33,6 +33,7 @@ from rafka.clients.producer_config import ProducerConfig
 from rafka.clients.producer_expiry import ExpiryMixin
 from rafka.clients.producer_idempotence import SendMode
 from rafka.clients.producer_requests import RequestsMixin, SentRequest
+from rafka.errors import IllegalState, TransactionAbortable
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,9 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
         self._id_failures = 0  # producer id requests failed in a row
         self._next_stall_check = 0.0  # clock time of the next look for moved leaders
         self.passes = 0  # loop passes made (a count for tests and debugging)
+        # A transactional producer's hook: a batch failed for good (any thread, lock held or
+        # not). Its epoch belongs to the transaction coordinator: never bumped here.
+        self.on_failed_batch: Callable[[BaseException], None] | None = None
         self._thread = threading.Thread(target=self._run, name="rafka-sender", daemon=True)
 
     def start(self) -> None:
@@ -192,6 +196,9 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
         PartitionIdempotence.bump); a partition past the last epoch first gets a new producer
         id from the controller, asked again with growing backoff while that fails. Sender
         thread, lock not held."""
+        if self.config.transactional_id is not None:
+            self._end_transactional_epochs()
+            return
         with self._lock:
             due = [q for q in self._ending if q.idempotence.bump_due]
             exhausted = [q for q in due if q.idempotence.needs_producer_id]
@@ -219,10 +226,57 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
             with self._lock:
                 self._bump(queue, new_producer)
 
+    def _end_transactional_epochs(self) -> None:
+        """A transactional producer's partition whose epoch ended (a batch failed for good)
+        sends nothing more in this transaction: its waiting batches fail, and the epoch
+        waits for the abort, after which the coordinator's new epoch replaces it
+        (``restart_epochs``). Sender thread, lock not held."""
+        failed = []
+        with self._lock:
+            for queue in self._ending:
+                failed.extend((queue, b) for b in queue.ready)
+                queue.ready.clear()
+        error = TransactionAbortable(
+            "an earlier write of this transaction to the partition failed; call "
+            "abort_transaction(), then begin_transaction() again"
+        )
+        for _, batch in failed:
+            self._complete(batch, error)
+
+    def fail_unsent(self, error: BaseException) -> int:
+        """Fail every batch not sent yet (the open ones too) with ``error``: an abort drops
+        them. Returns how many. Any thread but the sender's; takes the lock."""
+        failed = []
+        with self._lock:
+            self._acc.seal_all()
+            for queue in self._queues.values():
+                failed.extend((queue, b) for b in queue.ready if b.attempts == 0)
+                queue.ready = collections.deque(b for b in queue.ready if b.attempts)
+        for _, batch in failed:
+            self._complete(batch, error)
+        return len(failed)
+
+    def restart_epochs(self, producer_id: int, epoch: int) -> None:
+        """Every partition goes on as ``producer_id``/``epoch`` from sequence 0: a
+        transactional producer's identity after ``init_transactions`` and after each
+        transaction ends. Only when no batch is in flight or waiting (after a flush)."""
+        with self._lock:
+            busy = [k for k, q in self._queues.items() if q.in_flight or q.ready]
+            if busy:
+                raise IllegalState(
+                    f"the producer's epoch cannot change with batches out for {busy[:3]}"
+                )
+            self.producer_id, self.producer_epoch = producer_id, epoch
+            for queue in self._queues.values():
+                queue.idempotence = None  # made again, from the new identity, at next send
+            self._ending.clear()
+
     def _bump_overdue(self, now: float) -> bool:
-        """A bump is due that waits only for a new producer id, and it is time to ask."""
+        """A bump is due that waits only for a new producer id, and it is time to ask (never
+        for a transactional producer: its epochs wait for the abort)."""
         return (
             bool(self._ending)
+            and self.config.transactional_id is None
             and now >= self._next_id_request
             and any(q.idempotence.bump_due for q in self._ending)
         )

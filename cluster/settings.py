@@ -61,6 +61,26 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
     "group.min.session.timeout.ms": (6_000, int, 1, "shortest session_timeout_ms allowed"),
     "group.max.session.timeout.ms": (1_800_000, int, 1, "longest session_timeout_ms allowed"),
     "group.max.size": (2**31 - 1, int, 1, "most members a group may have"),
+    # Transactions: __transaction_state is sized as __consumer_offsets is (see there).
+    "transaction.state.log.num.partitions": (4, int, 1,
+                                             "partitions of __transaction_state = transaction "
+                                             "coordinator shards (default 4, or Kafka's 50 "
+                                             "when replicas.per.actor > 1)"),
+    "transaction.state.log.replication.factor": (3, int, 1,
+                                                 "copies of __transaction_state (at most the "
+                                                 "brokers)"),
+    "transaction.state.log.min.isr": (2, int, 1,
+                                      "min.insync.replicas of __transaction_state (at most "
+                                      "its copies)"),
+    "transaction.max.timeout.ms": (900_000, int, 1,
+                                   "longest transaction_timeout_ms a producer may ask for"),
+    "transactional.id.expiration.ms": (604_800_000, int, 1,
+                                       "a transactional id idle this long is forgotten"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        10_000, int, 1, "how often transactions past their timeout are looked for (and "
+        "aborted)"),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        3_600_000, int, 1, "how often expired transactional ids are looked for"),
 }  # fmt: skip
 
 
@@ -80,7 +100,8 @@ def group_config(settings: Mapping[str, Any]) -> GroupConfig:
     )
 
 
-#: Kafka's default partition count of __consumer_offsets, taken when replicas are packed.
+#: Kafka's default partition count of __consumer_offsets (and of __transaction_state), taken
+#: when replicas are packed.
 KAFKA_OFFSETS_PARTITIONS = 50
 
 
@@ -92,6 +113,15 @@ def offsets_topic_partitions(settings: Mapping[str, Any]) -> int:
     if setting(settings, "replicas.per.actor") > 1:
         return KAFKA_OFFSETS_PARTITIONS
     return setting(settings, "offsets.topic.num.partitions")
+
+
+def transaction_topic_partitions(settings: Mapping[str, Any]) -> int:
+    """Partitions of __transaction_state, chosen as ``offsets_topic_partitions`` chooses."""
+    if "transaction.state.log.num.partitions" in settings:
+        return int(settings["transaction.state.log.num.partitions"])
+    if setting(settings, "replicas.per.actor") > 1:
+        return KAFKA_OFFSETS_PARTITIONS
+    return setting(settings, "transaction.state.log.num.partitions")
 
 
 def validate_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:

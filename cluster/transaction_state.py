@@ -48,10 +48,8 @@ transaction of exactly the writer's identity that includes the partition.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable
 
 from rafka.errors import (
     ConcurrentTransactions,
@@ -65,133 +63,26 @@ from rafka.errors import (
 )
 from rafka.storage.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
+from rafka.cluster.transaction_types import (  # noqa: F401 - the types are part of this API
+    IDLE,
+    MAX_EPOCH,
+    PREPARING,
+    WITH_PARTITIONS,
+    VALID_PREVIOUS,
+    Markers,
+    ProducerIdAndEpoch,
+    TxnDecision,
+    TxnMetadata,
+    TxnState,
+    check_transition,
+    is_valid_transition,
+)
+from rafka.cluster.transaction_admin import describe, list_transactions  # noqa: F401 - this API too
+
 log = logging.getLogger(__name__)
-
-# Java's Short.MAX_VALUE, the largest epoch a batch header holds. Producers get at most one
-# less, so the coordinator can always bump once more to fence or to end an id's last
-# transaction.
-MAX_EPOCH = (1 << 15) - 1
-
-
-class TxnState(enum.Enum):
-    """A transactional id's state; the value is Kafka's name (DescribeTransactions)."""
-
-    EMPTY = "Empty"
-    ONGOING = "Ongoing"
-    PREPARE_COMMIT = "PrepareCommit"
-    PREPARE_ABORT = "PrepareAbort"
-    COMPLETE_COMMIT = "CompleteCommit"
-    COMPLETE_ABORT = "CompleteAbort"
-    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
-    DEAD = "Dead"
 
 
 _S = TxnState
-_PREPARING = frozenset({_S.PREPARE_COMMIT, _S.PREPARE_ABORT, _S.PREPARE_EPOCH_FENCE})
-_IDLE = frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT})
-_WITH_PARTITIONS = frozenset({_S.ONGOING}) | _PREPARING
-
-VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
-    _S.EMPTY: _IDLE,
-    _S.ONGOING: _IDLE | {_S.ONGOING},
-    _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),
-    # Empty/Complete*: the server-side defense's abort of a producer unsure of its state.
-    _S.PREPARE_ABORT: _IDLE | {_S.ONGOING, _S.PREPARE_EPOCH_FENCE},
-    _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),
-    _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),
-    _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING}),
-    _S.DEAD: _IDLE,
-}
-
-
-def is_valid_transition(from_state: TxnState, to_state: TxnState) -> bool:
-    """Whether ``to_state`` may follow ``from_state`` (``VALID_PREVIOUS``)."""
-    return from_state in VALID_PREVIOUS[to_state]
-
-
-def check_transition(meta: "TxnMetadata", to_state: TxnState) -> None:
-    """Raise InvalidTxnState unless ``meta`` may move to ``to_state``."""
-    if not is_valid_transition(meta.state, to_state):
-        raise InvalidTxnState(
-            f"transactional id {meta.transactional_id!r} cannot move from "
-            f"{meta.state.value} to {to_state.value}; the coordinator's state is out of step "
-            f"with this call: find the coordinator again and retry"
-        )
-
-
-class ProducerIdAndEpoch(NamedTuple):
-    producer_id: int
-    epoch: int
-
-
-@dataclass(frozen=True)
-class TxnMetadata:
-    """One transactional id's record in ``__transaction_state`` (see the module docstring
-    for the identities). Partitions are held only while a transaction is Ongoing or
-    Prepare*; ``next_producer_id`` only during Prepare*."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    last_producer_epoch: int
-    previous_producer_id: int
-    timeout_ms: int
-    state: TxnState
-    partitions: frozenset[tuple[str, int]]
-    start_ms: int
-    last_update_ms: int
-    next_producer_id: int = NO_PRODUCER_ID  # set when the ending transaction uses MAX_EPOCH
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "partitions", frozenset((str(t), int(p)) for t, p in self.partitions)
-        )
-        if self.producer_id < 0 or not 0 <= self.producer_epoch <= MAX_EPOCH:
-            raise ValueError(f"invalid producer id/epoch in {self}")
-        if self.partitions and self.state not in _WITH_PARTITIONS:
-            raise ValueError(f"a {self.state.value} transaction holds no partitions: {self}")
-        if self.next_producer_id != NO_PRODUCER_ID and self.state not in _PREPARING:
-            raise ValueError(f"only a Prepare* record names a next producer id: {self}")
-
-    @property
-    def producer_id_and_epoch(self) -> ProducerIdAndEpoch:
-        """The identity the producer holds now (or is told once this record is durable)."""
-        if self.next_producer_id != NO_PRODUCER_ID:
-            return ProducerIdAndEpoch(self.next_producer_id, 0)
-        return ProducerIdAndEpoch(self.producer_id, self.producer_epoch)
-
-
-@dataclass(frozen=True)
-class Markers:
-    """The markers to write, once the Prepare* record is durable, to every partition."""
-
-    producer_id: int
-    producer_epoch: int  # the bumped epoch: above every epoch the transaction's writes used
-    commit: bool
-    partitions: frozenset[tuple[str, int]]
-
-
-@dataclass(frozen=True)
-class TxnDecision:
-    """What a call decided. ``error`` set: refuse the caller with it; nothing is persisted.
-    Otherwise persist ``metadata`` if set (a DEAD one as a tombstone), then answer
-    ``answer`` (None: plain success), and write ``markers`` if set, calling ``complete``
-    once all are written. One answer is a RafkaError: the fence of an ongoing transaction
-    by InitProducerId is persisted and then answered ConcurrentTransactions, as Kafka
-    does, so the new producer retries once the abort has completed."""
-
-    metadata: TxnMetadata | None = None
-    answer: Any = None
-    error: RafkaError | None = None
-    markers: Markers | None = None
-
-    def __post_init__(self) -> None:
-        if self.error is not None and (
-            self.metadata is not None or self.answer is not None or self.markers is not None
-        ):
-            raise ValueError("a refusal persists nothing")
-        if self.markers is not None and self.metadata is None:
-            raise ValueError("markers follow a persisted Prepare* record")
 
 
 def _refuse(error: RafkaError) -> TxnDecision:
@@ -348,7 +239,7 @@ def init_producer_id(
                 f"{transactional_id!r} is held by {tuple(current.producer_id_and_epoch)}; "
                 f"close this producer"
             ))  # fmt: skip
-    if current.state in _PREPARING:
+    if current.state in PREPARING:
         return _refuse(_concurrent(current))
     if current.state == _S.ONGOING:
         if retry:  # a delayed re-init: the producer has since begun a transaction
@@ -419,7 +310,7 @@ def add_partitions(
     error = _identity_error(current, producer_id, epoch)
     if error is not None:
         return _refuse(error)
-    if current.state in _PREPARING:
+    if current.state in PREPARING:
         return _refuse(_concurrent(current))
     added = frozenset((str(t), int(p)) for t, p in partitions)
     if current.state == _S.ONGOING:
@@ -451,7 +342,7 @@ def verify_partition(
     error = _identity_error(current, producer_id, epoch)
     if error is not None:
         return error
-    if current.state in _PREPARING:
+    if current.state in PREPARING:
         return _concurrent(current)
     partition = (str(partition[0]), int(partition[1]))
     if current.state == _S.ONGOING and partition in current.partitions:
@@ -500,7 +391,7 @@ def end_txn(
         decision = _end(current, to_state, now_ms, new_producer_id)
         log.debug("transactional id %s: %s decided", tid, "commit" if commit else "abort")
         return decision
-    if current.state in _PREPARING:
+    if current.state in PREPARING:
         return _refuse(_concurrent(current))
     if commit:
         return _refuse(InvalidTxnState(
@@ -585,7 +476,7 @@ def expired(current: TxnMetadata, now_ms: int, expiration_ms: int) -> TxnDecisio
     """An id with no transaction and no change for longer than
     ``transactional.id.expiration.ms`` becomes Dead: persist its tombstone, then forget it.
     None otherwise."""
-    if current.state not in _IDLE or current.last_update_ms + expiration_ms >= now_ms:
+    if current.state not in IDLE or current.last_update_ms + expiration_ms >= now_ms:
         return None
     return TxnDecision(_move(current, _S.DEAD, now_ms, start_ms=-1))
 
@@ -596,46 +487,3 @@ def pending_completion(current: TxnMetadata) -> Markers | None:
     if current.state in (_S.PREPARE_COMMIT, _S.PREPARE_ABORT):
         return _markers(current)
     return None
-
-
-# -- admin (KIP-664) --------------------------------------------------------------------------
-
-
-def describe(meta: TxnMetadata) -> dict[str, Any]:
-    """DescribeTransactions' answer for one id. The producer id and epoch are the record's,
-    those the transaction's writes and markers use (as in Kafka)."""
-    return {
-        "transactional_id": meta.transactional_id, "producer_id": meta.producer_id,
-        "producer_epoch": meta.producer_epoch, "state": meta.state.value,
-        "timeout_ms": meta.timeout_ms, "partitions": sorted(meta.partitions),
-        "start_ms": meta.start_ms, "last_update_ms": meta.last_update_ms,
-    }  # fmt: skip
-
-
-def list_transactions(
-    metas: Iterable[TxnMetadata],
-    now_ms: int,
-    states: Iterable[str] | None = None,
-    producer_ids: Iterable[int] | None = None,
-    min_duration_ms: int = -1,
-) -> list[dict[str, Any]]:
-    """ListTransactions: (transactional id, producer id, state) of each id whose state
-    name is in ``states``, whose producer id is in ``producer_ids`` (None: any), and whose
-    transaction has run for at least ``min_duration_ms`` (-1: any, with or without one)."""
-    wanted_states = None if states is None else set(states)
-    wanted_ids = None if producer_ids is None else set(producer_ids)
-    out = []
-    for meta in metas:
-        if meta.state == _S.DEAD:
-            continue
-        if wanted_states is not None and meta.state.value not in wanted_states:
-            continue
-        if wanted_ids is not None and meta.producer_id not in wanted_ids:
-            continue
-        running_ms = now_ms - meta.start_ms if meta.start_ms >= 0 else -1
-        if min_duration_ms >= 0 and running_ms < min_duration_ms:
-            continue
-        out.append({"transactional_id": meta.transactional_id,
-                    "producer_id": meta.producer_id,
-                    "state": meta.state.value})  # fmt: skip
-    return sorted(out, key=lambda entry: entry["transactional_id"])

@@ -132,7 +132,7 @@ class FakeFetchGateway:
             self._try_answer(fetch, final=max_wait_ms <= 0)
         return fetch
 
-    def list_offset(self, replica: int, timestamp: int) -> Answered:
+    def list_offset(self, replica: int, timestamp: int, read_committed: bool = False) -> Answered:
         log = self.logs[replica]
         if timestamp == -2:
             return Answered((0, "", log.log_start_offset, -1))

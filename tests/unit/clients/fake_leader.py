@@ -88,7 +88,7 @@ class FakeGateway:
         pass
 
     def produce(self, replica: int, payload, acks: int, timeout_ms: int, client_id: str,
-                request_no: int) -> Request:  # fmt: skip
+                request_no: int, transactional_id: str | None = None) -> Request:  # fmt: skip
         pieces = _split(payload)
         with self._changed:
             request = Request(len(self.requests), replica, [_read(p) for p in pieces])

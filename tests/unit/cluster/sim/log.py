@@ -30,7 +30,7 @@ class Entry(NamedTuple):
 
 class BatchHeader(NamedTuple):
     """The fields of ``rafka.storage.record_batch.BatchHeader`` that the producer state
-    reads, for an idempotent data batch."""
+    reads, for an idempotent (not transactional) data batch."""
 
     producer_id: int
     producer_epoch: int
@@ -40,6 +40,7 @@ class BatchHeader(NamedTuple):
 
     has_producer_id = True
     is_control = False
+    is_transactional = False
 
     @property
     def last_sequence(self) -> int:

@@ -1,0 +1,199 @@
+"""The transactional producer's calls (Kafka's transactional API), mixed into ``Producer``.
+
+``init_transactions`` gets the producer id and epoch of the transactional id from its
+transaction coordinator, which fences every older producer of that id and aborts what it
+left open. Each transaction then adds a partition to itself before its first record for it
+is queued (AddPartitionsToTxn, one coordinator call per new partition), writes with that
+identity, and ends with EndTxn once every write is done: the coordinator answers with the
+epoch bumped, and every partition goes on from sequence 0 under it. The coordinator's calls
+block the calling thread for at most ``max_block_ms`` (retriable answers are retried within
+it), as Kafka's do. The state and what an error makes of it: ``transaction_manager``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, Iterator
+
+from rafka.clients.transaction_manager import TransactionState, TxnClientState
+from rafka.errors import (
+    BrokerNotAvailable,
+    IllegalState,
+    RafkaError,
+    RequestTimedOut,
+    TransactionAbortable,
+    error_class,
+)
+
+_S = TxnClientState
+#: First pause before a retriable coordinator answer is retried, s (doubled up to 1 s).
+RETRY_BACKOFF_S = 0.02
+
+
+class TransactionalMixin:
+    """Part of ``Producer`` (its fields: ``config``, ``_gateway``, ``_sender``, ``flush``)."""
+
+    _txn: TransactionState | None
+
+    def _init_transactional(self) -> None:
+        config = self.config
+        self._txn = None
+        if config.transactional_id is None:
+            return
+        self._txn = TransactionState(config.transactional_id, config.transaction_timeout_ms)
+        self._txn_lock = threading.Lock()
+        self._coordinator = None
+        self._sender.on_failed_batch = self._txn.failed
+
+    def _transactional(self) -> TransactionState:
+        if self._txn is None:
+            raise IllegalState(
+                "this producer has no transactional_id: create it with "
+                "cluster.producer(transactional_id=...) to use transactions"
+            )
+        return self._txn
+
+    # -- the protocol --------------------------------------------------------------------------
+
+    def init_transactions(self) -> None:
+        """Take over the transactional id (once, before the first transaction): every older
+        producer of the id is fenced, and a transaction it left open is aborted first."""
+        txn = self._transactional()
+        with self._txn_lock:
+            if txn.state is not _S.UNINITIALIZED:
+                raise IllegalState("init_transactions() is called once per producer")
+            try:
+                producer_id, epoch = self._call_coordinator(
+                    "init_producer_id", txn.transactional_id, txn.timeout_ms, None
+                )
+            except RafkaError as e:
+                if not isinstance(e, RequestTimedOut):
+                    txn.failed(e)
+                raise
+            self._take_identity(producer_id, epoch)
+            txn.move(_S.READY)
+
+    def begin_transaction(self) -> None:
+        txn = self._transactional()
+        with self._txn_lock:
+            txn.check_can_begin()
+            txn.partitions.clear()
+            txn.move(_S.IN_TRANSACTION)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Wait until every record of the transaction is written, then commit it. Raises
+        TransactionAbortable when a write failed (abort, then begin again), a fatal error
+        when the producer was fenced (close it), RequestTimedOut when the commit's outcome
+        is unknown (only ``commit_transaction()`` may be called again)."""
+        txn = self._transactional()
+        with self._txn_lock:
+            txn.check_can_commit()
+            if txn.state is _S.IN_TRANSACTION:
+                self.flush(timeout)
+                txn.check_can_commit()  # a write may have failed meanwhile
+                txn.move(_S.COMMITTING)
+            self._end(commit=True)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop the records not sent yet, wait for the ones in flight, and abort: none of
+        the transaction's records is ever read by a read_committed consumer."""
+        txn = self._transactional()
+        with self._txn_lock:
+            txn.check_can_abort()
+            if txn.state is not _S.ABORTING:
+                txn.move(_S.ABORTING)
+                self._sender.fail_unsent(TransactionAbortable(
+                    "the transaction was aborted before this record was sent"
+                ))  # fmt: skip
+                self.flush(timeout)
+            self._end(commit=False)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """``with producer.transaction():`` begins a transaction, commits it on a clean exit
+        and aborts it when the block raises (unless the producer was fenced)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if self._txn.state in (_S.IN_TRANSACTION, _S.ABORTABLE, _S.ABORTING):
+                self.abort_transaction()
+            raise
+        self.commit_transaction()
+
+    # -- inside ------------------------------------------------------------------------------
+
+    def _join_transaction(self, topic: str, partition: int) -> None:
+        """Before a record for ``(topic, partition)`` is queued: the partition is in the
+        transaction (added at the coordinator on first use)."""
+        txn = self._txn
+        txn.check_can_send()
+        if (topic, partition) in txn.partitions:
+            return
+        with self._txn_lock:
+            txn.check_can_send()
+            if (topic, partition) in txn.partitions:
+                return
+            try:
+                self._call_coordinator("add_partitions", txn.transactional_id, txn.producer_id,
+                                       txn.epoch, [[topic, partition]])  # fmt: skip
+            except RafkaError as e:
+                txn.failed(e)
+                raise
+            txn.partitions.add((topic, partition))
+
+    def _end(self, commit: bool) -> None:
+        """EndTxn; the producer goes on with the epoch it answers. Lock held."""
+        txn = self._txn
+        try:
+            producer_id, epoch = self._call_coordinator(
+                "end_txn", txn.transactional_id, txn.producer_id, txn.epoch, commit
+            )
+        except RequestTimedOut:
+            raise  # outcome unknown: the same call may be made again
+        except RafkaError as e:
+            txn.failed(e)
+            raise
+        self._take_identity(producer_id, epoch)
+        txn.partitions.clear()
+        txn.move(_S.READY)
+
+    def _take_identity(self, producer_id: int, epoch: int) -> None:
+        self._sender.restart_epochs(producer_id, epoch)
+        self.producer_id, self.producer_epoch = producer_id, epoch
+        self._txn.producer_id, self._txn.epoch = producer_id, epoch
+
+    def _call_coordinator(self, method: str, *args) -> list:
+        """``method`` of the id's coordinator; its answer after (errno, message). Retriable
+        answers (the coordinator moving or loading, the previous transaction completing)
+        are retried until ``max_block_ms``, then RequestTimedOut."""
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        backoff = RETRY_BACKOFF_S
+        while True:
+            try:
+                if self._coordinator is None:
+                    self._coordinator = self._gateway.transaction_coordinator(
+                        self._txn.transactional_id
+                    )
+                remaining = max(0.001, deadline - time.monotonic())
+                errno, message, *answer = self._gateway.get(
+                    self._gateway.send(self._coordinator, method, *args), remaining,
+                    "the transaction coordinator",
+                )
+                if not errno:
+                    return answer
+                error = error_class(errno)(message)
+            except (RafkaError, BrokerNotAvailable) as e:
+                error = e
+                self._coordinator = None
+            if not getattr(error, "retriable", False) or isinstance(error, RequestTimedOut):
+                raise error
+            if time.monotonic() + backoff > deadline:
+                raise RequestTimedOut(
+                    f"{method} for transactional id {self._txn.transactional_id!r} did not "
+                    f"succeed within max_block_ms={self.config.max_block_ms}: {error}"
+                )
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
