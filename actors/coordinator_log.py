@@ -37,7 +37,12 @@ from rafka.actors.placement import CONTROLLER_NAME
 from rafka.actors.replica_handle import find_replica, leader_host
 from rafka.cluster.coordinator_fencing import Claim, CoordinatorFencing
 from rafka.cluster.metadata import NO_LEADER
-from rafka.cluster.offsets_records import EpochMarkerKey, epoch_marker_key, epoch_marker_value
+from rafka.cluster.offsets_records import (
+    EpochMarkerKey,
+    decode_value,
+    epoch_marker_key,
+    epoch_marker_value,
+)
 from rafka.errors import (
     CoordinatorFenced,
     CoordinatorNotAvailable,
@@ -370,7 +375,10 @@ def _records(data, pos: int, header: rb.BatchHeader, codec: RecordCodec):
     decoded = rb.decode_records(data, pos)
     for offset, key, value in zip(decoded.offsets, decoded.keys or (), decoded.values):
         if key is not None:
-            yield offset, codec.decode_key(key), codec.decode_value(value)
+            key = codec.decode_key(key)
+            # Epoch markers are of one kind in every coordinator topic, msgpack values.
+            decode = decode_value if isinstance(key, EpochMarkerKey) else codec.decode_value
+            yield offset, key, decode(value)
 
 
 def _token(marker_value: dict | None, producer_id: int) -> str | None:

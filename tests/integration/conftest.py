@@ -15,10 +15,13 @@ import pytest
 NAMESPACE = "rafka-tests"
 #: Group timings short enough for tests (Kafka's test brokers shorten them the same way);
 #: two coordinator shards, so groups of one test session meet more than one coordinator.
+#: Transactions past their timeout are looked for every 200 ms rather than 10 s.
 GROUP_SETTINGS = {
     "group.initial.rebalance.delay.ms": 300,
     "group.min.session.timeout.ms": 500,
     "offsets.topic.num.partitions": 2,
+    "transaction.state.log.num.partitions": 2,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
 }
 
 

@@ -1,0 +1,189 @@
+"""Transactions end to end on the session cluster: atomic commits across topics, aborts,
+the last stable offset holding read_committed readers, zombie fencing, the context manager
+and the coordinator's timeout abort."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from rafka import TopicPartition
+from rafka.errors import IllegalState, ProducerFenced, TransactionAbortable
+
+
+def _id(prefix: str = "txn") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def read_all(cluster, topics: list[str], isolation: str, expect: int | None = None,
+             wait_s: float = 3.0) -> list:  # fmt: skip
+    """Every record a fresh consumer of ``isolation`` reads from the start of ``topics``
+    (waiting up to ``wait_s`` for ``expect`` records when given)."""
+    consumer = cluster.consumer(isolation_level=isolation, auto_offset_reset="earliest",
+                                fetch_max_wait_ms=50)  # fmt: skip
+    try:
+        parts = []
+        for topic in topics:
+            count = len(cluster.admin().describe_topic(topic).partitions)
+            parts += [TopicPartition(topic, p) for p in range(count)]
+        consumer.assign(parts)
+        out: list = []
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            out += consumer.poll(timeout_ms=100)
+            if expect is not None and len(out) >= expect:
+                time.sleep(0.2)  # anything more would show now
+                out += consumer.poll(timeout_ms=100)
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+def values(records) -> list[bytes]:
+    return sorted(r.value for r in records)
+
+
+def test_a_commit_across_partitions_of_two_topics_is_read_whole(cluster, make_topic):
+    orders, audit = make_topic(partitions=2), make_topic()
+    producer = cluster.producer(transactional_id=_id())
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(4):
+            producer.send(orders, value=b"order-%d" % i, partition=i % 2)
+        producer.send(audit, value=b"audit")
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    expected = sorted([b"order-%d" % i for i in range(4)] + [b"audit"])
+    assert values(read_all(cluster, [orders, audit], "read_committed", 5)) == expected
+    assert values(read_all(cluster, [orders, audit], "read_uncommitted", 5)) == expected
+
+
+def test_an_abort_is_invisible_to_read_committed_and_visible_to_read_uncommitted(
+    cluster, make_topic
+):
+    topic = make_topic(partitions=2)
+    producer = cluster.producer(transactional_id=_id())
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, value=b"aborted-0", partition=0)
+        producer.send(topic, value=b"aborted-1", partition=1)
+        producer.flush()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, value=b"committed", partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert values(read_all(cluster, [topic], "read_committed", 1)) == [b"committed"]
+    assert values(read_all(cluster, [topic], "read_uncommitted", 3)) == [
+        b"aborted-0", b"aborted-1", b"committed"
+    ]
+
+
+def test_an_open_transaction_holds_read_committed_readers_at_its_first_offset(
+    cluster, make_topic
+):
+    topic = make_topic()
+    txn = cluster.producer(transactional_id=_id())
+    plain = cluster.producer()
+    try:
+        txn.init_transactions()
+        txn.begin_transaction()
+        txn.send(topic, value=b"in-txn", partition=0)
+        txn.flush()
+        plain.send(topic, value=b"after", partition=0).result(timeout=30)
+        assert values(read_all(cluster, [topic], "read_committed", wait_s=1.0)) == []
+        assert values(read_all(cluster, [topic], "read_uncommitted", 2)) == [b"after", b"in-txn"]
+        txn.commit_transaction()
+        assert values(read_all(cluster, [topic], "read_committed", 2)) == [b"after", b"in-txn"]
+    finally:
+        txn.close()
+        plain.close()
+
+
+def test_a_new_producer_with_the_same_id_fences_the_old_one_and_aborts_its_transaction(
+    cluster, make_topic
+):
+    topic = make_topic()
+    transactional_id = _id()
+    zombie = cluster.producer(transactional_id=transactional_id)
+    successor = cluster.producer(transactional_id=transactional_id)
+    try:
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        zombie.send(topic, value=b"zombie", partition=0)
+        zombie.flush()
+        successor.init_transactions()  # aborts the zombie's open transaction
+        with pytest.raises(ProducerFenced):
+            zombie.commit_transaction()
+        with pytest.raises(ProducerFenced):
+            zombie.begin_transaction()
+        successor.begin_transaction()
+        successor.send(topic, value=b"successor", partition=0)
+        successor.commit_transaction()
+    finally:
+        zombie.close()
+        successor.close()
+    assert values(read_all(cluster, [topic], "read_committed", 1)) == [b"successor"]
+
+
+def test_the_context_manager_commits_on_a_clean_exit_and_aborts_on_an_exception(
+    cluster, make_topic
+):
+    topic = make_topic()
+    producer = cluster.producer(transactional_id=_id())
+    try:
+        producer.init_transactions()
+        with producer.transaction():
+            producer.send(topic, value=b"kept", partition=0)
+        with pytest.raises(RuntimeError, match="the application failed"):
+            with producer.transaction():
+                producer.send(topic, value=b"dropped", partition=0)
+                producer.flush()
+                raise RuntimeError("the application failed")
+        with producer.transaction():  # usable again after the abort
+            producer.send(topic, value=b"kept-too", partition=0)
+    finally:
+        producer.close()
+    assert values(read_all(cluster, [topic], "read_committed", 2)) == [b"kept", b"kept-too"]
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_can_begin_again(
+    cluster, make_topic
+):
+    topic = make_topic()
+    producer = cluster.producer(transactional_id=_id(), transaction_timeout_ms=500)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, value=b"too-late", partition=0)
+        producer.flush()
+        time.sleep(2.0)  # the coordinator aborts it meanwhile (checked every 200 ms here)
+        with pytest.raises(TransactionAbortable):
+            producer.commit_transaction()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, value=b"on-time", partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert values(read_all(cluster, [topic], "read_committed", 1)) == [b"on-time"]
+
+
+def test_a_transactional_producer_refuses_to_send_outside_a_transaction(cluster, make_topic):
+    topic = make_topic()
+    producer = cluster.producer(transactional_id=_id())
+    try:
+        with pytest.raises(IllegalState, match="init_transactions"):
+            producer.send(topic, value=b"x")
+        producer.init_transactions()
+        with pytest.raises(IllegalState, match="begin_transaction"):
+            producer.send(topic, value=b"x")
+    finally:
+        producer.close()
