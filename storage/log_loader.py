@@ -135,6 +135,7 @@ def complete_interrupted_swaps(
             if other_base is not None and base <= other_base <= last:
                 segment = make_segment(other_base, "")
                 segment.delete()
+        files.fsync_directory(directory)  # see LogRemovals.replace_segments
         swap = make_segment(base, SWAP_SUFFIX)
         swap.rename_suffix("")
         swap.close()

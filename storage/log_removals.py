@@ -156,8 +156,12 @@ class LogRemovals:
     def replace_segments(self, old: list[Segment], new: Segment) -> None:
         """Put a compacted segment (files carrying the .swap suffix) in place of ``old``.
         Crash-safe: the swap file is complete before any input is deleted (log_loader.py
-        finishes the job if a crash interrupts it)."""
+        finishes the job if a crash interrupts it), and the deletions are durable before the
+        swap takes its final names: a file system that persists directory changes out of
+        order could otherwise keep the renamed segment beside an input it replaced, and once
+        no ``.swap`` is left nothing would tell that input apart from a live segment."""
         self._segments.remove(old)
+        self.files.sync()
         new.rename_suffix("")  # only now: the new files take the first input's names
         self._segments.insert(new)
 

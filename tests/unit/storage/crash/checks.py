@@ -11,7 +11,8 @@ broker would, and returns the first problem found (None when the image is sound)
 - the indexes agree with the log: offset-index entries point at the batch they name,
   time-index entries name a batch that reached that timestamp first, every segment knows
   its largest timestamp, and timestamp lookups give what a scan of the records gives;
-- leader epochs and producer state are those the batches imply;
+- leader epochs and producer state are those the batches imply, open transactions and the
+  aborted-transaction indexes included;
 - the log takes an append at its end and reopens cleanly with it.
 """
 
@@ -74,7 +75,8 @@ def _check_no_leftovers(log: Log) -> None:
     owned = set(_LOG_FILES)
     for segment in log.segments:
         owned.update(os.path.basename(p) for p in
-                     (segment.log_path, segment.offset_index.path, segment.time_index.path))
+                     (segment.log_path, segment.offset_index.path, segment.time_index.path,
+                      segment.txn_index.path))  # fmt: skip
     for name in os.listdir(log.directory):
         if name not in owned and not name.endswith(".snapshot"):
             raise Problem(f"{name} is left in the log directory after opening")
@@ -95,8 +97,12 @@ def _check_log(log: Log, config: dict, ledger: Ledger, point: int, contiguous: b
     served: dict[int, tuple] = {}
     previous = -1
     headers = []
+    markers: dict[int, rb.ControlType] = {}  # base offset -> type, of each marker
     for _, _, header, records in _batches(log):
         headers.append(header)
+        if header.is_control and header.has_producer_id:
+            markers[header.base_offset] = rb.parse_control_record(records.keys[0],
+                                                                  records.values[0])[0]
         keys = records.keys or [None] * len(records)
         for offset, key, value, ts in zip(records.offsets, keys, records.values,
                                           records.timestamps):  # fmt: skip
@@ -125,6 +131,7 @@ def _check_log(log: Log, config: dict, ledger: Ledger, point: int, contiguous: b
     _check_timestamps(log, served)
     _check_leader_epochs(log, headers, contiguous)
     _check_producer_state(log, headers, ledger, point)
+    _check_transactions(log, headers, markers, contiguous)
 
 
 def _check_reads(log: Log, served: dict) -> None:
@@ -201,11 +208,20 @@ def _check_producer_state(log: Log, headers: list, ledger: Ledger, point: int) -
     """Each producer's last batch is the last one the log holds for it; a producer the
     batches do not name may be remembered only for records below the log start that were
     not truncated away (retention and delete_records keep producer state, as in Kafka)."""
-    last: dict[int, tuple] = {}
+    last: dict[int, tuple | None] = {}
+    epochs: dict[int, int] = {}
     for header in headers:
-        if header.has_producer_id and not header.is_control:
-            last[header.producer_id] = (header.base_sequence, header.last_sequence,
-                                        header.base_offset, header.last_offset)  # fmt: skip
+        if not header.has_producer_id:
+            continue
+        pid = header.producer_id
+        if header.is_control:
+            # A marker of a newer epoch starts the producer over with no batches.
+            if header.producer_epoch > epochs.get(pid, header.producer_epoch):
+                last[pid] = None
+        else:
+            last[pid] = (header.base_sequence, header.last_sequence,
+                         header.base_offset, header.last_offset)  # fmt: skip
+        epochs[pid] = max(epochs.get(pid, header.producer_epoch), header.producer_epoch)
     for pid, entry in log.producer_state.producers.items():
         if not entry.batches or pid in last:
             continue
@@ -222,6 +238,55 @@ def _check_producer_state(log: Log, headers: list, ledger: Ledger, point: int) -
         got = tuple(entry.batches[-1][:4]) if entry and entry.batches else None
         if got != expected:
             raise Problem(f"producer {pid}'s last batch is {got}, the log says {expected}")
+
+
+def _check_transactions(log: Log, headers: list, markers: dict, contiguous: bool) -> None:
+    """Open transactions and index entries are those the batches imply. Walking them in
+    order, a producer's transaction opens at its first transactional batch after its last
+    marker; an ABORT marker that ends one needs an entry (producer, first offset, marker) in
+    its segment's index, with that first offset and the last stable offset of that moment
+    (where compaction may have removed batches, a first offset at or before the walk's); an
+    entry may name only an ABORT marker of its producer in its own segment, once. An abort
+    whose records compaction removed may keep an entry the walk cannot derive."""
+    open_first: dict[int, int] = {}
+    required: dict[int, tuple] = {}  # marker offset -> (producer, first offset, LSO then)
+    aborts: dict[int, int] = {}  # marker offset -> producer, of every ABORT marker
+    for header in headers:
+        if not header.has_producer_id:
+            continue
+        pid = header.producer_id
+        if not header.is_control:
+            if header.is_transactional:
+                open_first.setdefault(pid, header.base_offset)
+            continue
+        first = open_first.pop(pid, None)
+        if markers[header.base_offset] is rb.ControlType.ABORT:
+            aborts[header.base_offset] = pid
+            if first is not None:
+                lso = min(open_first.values(), default=header.base_offset + 1)
+                required[header.base_offset] = (pid, first, lso)
+    ongoing = log.producer_state.ongoing_transactions()
+    if ongoing != open_first:
+        raise Problem(f"open transactions {ongoing}, the batches imply {open_first}")
+    for segment in log.segments:
+        for txn in segment.txn_index.entries:
+            if not segment.base_offset <= txn.last_offset < segment.next_offset:
+                raise Problem(f"{segment.txn_index.path} holds {txn}, whose marker is not in "
+                              "its segment")  # fmt: skip
+            if aborts.pop(txn.last_offset, None) != txn.producer_id:
+                raise Problem(f"{segment.txn_index.path} holds {txn}, but the log has no "
+                              "ABORT marker of that producer there (or indexes it twice)")
+            want = required.pop(txn.last_offset, None)
+            if want is None:
+                continue
+            # Compaction may have removed the transaction's first batches (aborted ones go
+            # whole): its true first offset can then lie before the first batch left.
+            if txn.first_offset > want[1] or (contiguous and txn.first_offset != want[1]):
+                raise Problem(f"{txn} should begin at {want[1]}")
+            if contiguous and txn.last_stable_offset != want[2]:
+                raise Problem(f"{txn} should have last stable offset {want[2]}")
+    if required:
+        raise Problem(f"aborts without an index entry: {sorted(required.items())}")
 
 
 def _check_append_and_reopen(log: Log, partition: str, config: dict) -> None:

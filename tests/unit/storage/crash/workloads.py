@@ -53,17 +53,29 @@ class Driver:
     # -- writes --------------------------------------------------------------------------------
 
     def append(
-        self, values, keys=None, producer: tuple[int, int, int] | None = None, late_ms: int = 0
-    ) -> None:
-        """One batch; ``producer`` is (id, epoch, base sequence) for an idempotent batch;
-        ``late_ms`` makes its timestamp that much older than the clock (timestamps need not
-        increase, so a segment's largest may sit anywhere in it)."""
+        self, values, keys=None, producer: tuple[int, int, int] | None = None, late_ms: int = 0,
+        transactional: bool = False,
+    ) -> None:  # fmt: skip
+        """One batch; ``producer`` is (id, epoch, base sequence) for an idempotent or
+        ``transactional`` batch; ``late_ms`` makes its timestamp that much older than the
+        clock (timestamps need not increase, so a segment's largest may sit anywhere in it)."""
         ts = self.clock.now - late_ms
         pid, pepoch, seq = producer or (rb.NO_PRODUCER_ID, rb.NO_PRODUCER_EPOCH, rb.NO_SEQUENCE)
         data = rb.encode_batch(values, keys, ts, producer_id=pid, producer_epoch=pepoch,
-                               base_sequence=seq)  # fmt: skip
+                               base_sequence=seq, is_transactional=transactional)  # fmt: skip
+        self._append(data, values, keys, ts)
+
+    def end_transaction(self, pid: int, epoch: int, kind: rb.ControlType) -> None:
+        """The coordinator's marker ending producer ``pid``'s transaction (at ``epoch``)."""
+        data = rb.encode_control_batch(kind, producer_id=pid, producer_epoch=epoch,
+                                       coordinator_epoch=0, timestamp=self.clock.now)  # fmt: skip
+        records = rb.decode_records(data)
+        self._append(data, records.values, records.keys, self.clock.now, allow_control=True)
+
+    def _append(self, data: bytes, values, keys, ts: int, allow_control: bool = False) -> None:
         start = self.point
-        info = self.log.append_as_leader(data, leader_epoch=self.epoch)
+        info = self.log.append_as_leader(data, leader_epoch=self.epoch,
+                                         allow_control=allow_control)  # fmt: skip
         if not info.duplicate:
             keys = keys or [None] * len(values)
             self.ledger.appended(start, {
@@ -367,6 +379,95 @@ def restarts_that_crash_during_recovery(d: Driver, rng: random.Random) -> None:
     d.flush()
 
 
+class Transactions:
+    """Producers that write transactions through a Driver, keeping each one's epoch and next
+    sequence; every end bumps the epoch, as Kafka 4's coordinator does."""
+
+    def __init__(self, driver: Driver, producers: list[int]) -> None:
+        self.d = driver
+        self.epochs = {p: 0 for p in producers}
+        self.sequences = {p: 0 for p in producers}
+
+    def write(self, rng: random.Random, pid: int, keys: int = 0) -> None:
+        count = rng.randint(1, 4)
+        values = [b"t%d-%d-%d" % (pid, self.epochs[pid], self.sequences[pid] + i)
+                  for i in range(count)]  # fmt: skip
+        key_list = [b"k%d" % rng.randrange(keys) for _ in values] if keys else None
+        self.d.append(values, key_list, producer=(pid, self.epochs[pid], self.sequences[pid]),
+                      transactional=True)  # fmt: skip
+        self.sequences[pid] += count
+
+    def end(self, pid: int, kind: rb.ControlType) -> None:
+        self.epochs[pid] += 1
+        self.sequences[pid] = 0
+        self.d.end_transaction(pid, self.epochs[pid], kind)
+
+    def step(self, rng: random.Random, keys: int = 0) -> None:
+        """A transactional write (half the time), an end (commit or abort, sometimes of a
+        producer that wrote nothing), or a plain append."""
+        pid = rng.choice(list(self.epochs))
+        r = rng.random()
+        if r < 0.5:
+            self.write(rng, pid, keys)
+        elif r < 0.8:
+            self.end(pid, rng.choice([rb.ControlType.ABORT, rb.ControlType.COMMIT]))
+        else:
+            self.d.append_random(rng, keys=keys)
+
+
+def transactions(d: Driver, rng: random.Random) -> None:
+    """Interleaved transactions of three producers (commits, aborts, aborts with nothing
+    written, markers across rolls) with plain appends; a kill and restart with transactions
+    open; a truncation that removes markers; a clean close and reopen; a restart from a
+    power loss whose recovery the checker crashes too."""
+    producers = Transactions(d, [1, 2, 3])
+    for _ in range(40):
+        producers.step(rng)
+        if rng.random() < 0.15:
+            d.flush()
+    d.kill_and_reopen()
+    for _ in range(12):
+        producers.step(rng)
+    d.flush()
+    d.truncate_to(d.log.log_end_offset - 9)
+    # The truncation rewound the producers: new ones go on from here.
+    producers = Transactions(d, [4, 5])
+    for _ in range(10):
+        producers.step(rng)
+    d.close_and_reopen()
+    start = d.point
+    for _ in range(10):
+        producers.step(rng)
+    d.flush()
+    d.restart_from_crash(start + (d.point - start) // 2, "power")
+    producers = Transactions(d, [6, 7])
+    for _ in range(6):
+        producers.step(rng)
+    d.flush()
+
+
+def compacted_transactions(d: Driver, rng: random.Random) -> None:
+    """Keyed transactions, some aborted, under compaction: passes that drop aborted batches
+    and move transaction-index entries into cleaned segments, then more transactions and a
+    clean close."""
+    producers = Transactions(d, [1, 2])
+    for _ in range(36):
+        producers.step(rng, keys=5)
+    for pid in (1, 2):
+        producers.end(pid, rb.ControlType.ABORT)
+    d.roll()
+    d.commit()
+    d.compact()
+    for _ in range(20):
+        producers.step(rng, keys=5)
+    d.roll()
+    d.commit()
+    d.compact()
+    producers.write(rng, 1, keys=5)
+    d.flush()
+    d.close_and_reopen()
+
+
 def _config(**overrides) -> dict:
     base = {"segment.bytes": 1400, "index.interval.bytes": 120}
     return {**base, **overrides}
@@ -392,6 +493,12 @@ WORKLOADS: dict[str, tuple[Callable[[Driver, random.Random], None], dict, bool]]
     "compaction_of_small_segments": (
         compaction_of_small_segments,
         _config(**{"cleanup.policy": "compact", "segment.bytes": 600}),
+        False,
+    ),
+    "transactions": (transactions, _config(), True),
+    "compacted_transactions": (
+        compacted_transactions,
+        _config(**{"cleanup.policy": "compact", "delete.retention.ms": 86_400_000}),
         False,
     ),
     "restarts_that_crash_during_recovery": (
