@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rafka import errors
 from rafka.errors import RafkaError
 from rafka.types import (
+    ConsumerGroupMetadata,
     OffsetAndMetadata,
     OffsetAndTimestamp,
     Record,
@@ -45,5 +46,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "connect", "Cluster", "errors", "RafkaError", "TopicPartition", "Record", "RecordMetadata",
-    "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerRebalanceListener", "__version__",
+    "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
+    "ConsumerRebalanceListener", "__version__",
 ]  # fmt: skip

@@ -121,6 +121,18 @@ class OffsetAndMetadata(NamedTuple):
     leader_epoch: int = -1
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """What a consumer tells a transactional producer of its group membership
+    (``consumer.group_metadata()``), so offsets sent in a transaction are refused once the
+    member is fenced by a newer generation (KIP-447). ``generation_id`` is -1 and
+    ``member_id`` "" for a consumer that is not a member of a generation."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 class GroupListing(NamedTuple):
     """One consumer group as ``Admin.list_groups`` sees it. ``state`` is Kafka's: Empty,
     PreparingRebalance, CompletingRebalance or Stable."""
