@@ -31,13 +31,20 @@ import ray
 
 from rafka.actors import metrics
 from rafka.actors.group_lag import LagReporter
+from rafka.actors.group_transactions import GroupTransactionsMixin
 from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.offsets_log import OffsetsLog
 from rafka.cluster.group import JOIN, SYNC, CommittedOffset, Effects, Group, GroupState
 from rafka.cluster.group_types import GroupWrite
 from rafka.cluster.offsets_records import group_key, group_value, offset_key, offset_value
 from rafka.cluster.settings import group_config, setting
-from rafka.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidGroupId, RafkaError
+from rafka.errors import (
+    CoordinatorNotAvailable,
+    GroupIdNotFound,
+    InvalidGroupId,
+    RafkaError,
+    UnstableOffsetCommit,
+)
 
 TICK_S = 0.1
 #: How often offsets of long-empty groups are looked for (offsets.retention.minutes).
@@ -48,7 +55,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class GroupCoordinator:
+class GroupCoordinator(GroupTransactionsMixin):
     def __init__(self, namespace: str, shard: int, settings: dict[str, Any]) -> None:
         self.logger = actor_logger(__name__, "GroupCoordinator", shard=shard)
         label_process_logs(self.logger.prefix)  # this process is this coordinator
@@ -58,6 +65,7 @@ class GroupCoordinator:
         self.config = group_config(self.settings)
         self.commit_timeout_s = setting(self.settings, "offsets.commit.timeout.ms") / 1000
         self.log = OffsetsLog(namespace, shard, self.commit_timeout_s, self.logger)
+        self._init_transactions()
         self.groups: dict[str, Group] = {}
         self._waiting: dict[tuple[str, str, str], asyncio.Future] = {}
         self._loaded: asyncio.Event | None = None
@@ -125,6 +133,7 @@ class GroupCoordinator:
             group.offsets = loaded.offsets.get(group_id, {})
             if group.members or group.offsets:
                 self.groups[group_id] = group
+        self.pending = loaded.pending
         for group_id, group in self.groups.items():  # loading is no rebalance
             self._counted_generations[group_id] = (group, group.generation)
         self.logger.info(
@@ -287,11 +296,20 @@ class GroupCoordinator:
         return None
 
     async def fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None = None
-    ) -> tuple:
+        self, group_id: str, partitions: list[tuple[str, int]] | None = None,
+        require_stable: bool = False,
+    ) -> tuple:  # fmt: skip
         """(error, {(topic, partition): (offset, leader epoch, metadata)}) for the partitions
-        asked (all the group has when None); partitions without a commit are left out."""
+        asked (all the group has when None); partitions without a commit are left out.
+        ``require_stable``: UnstableOffsetCommit (retriable) while offsets of those
+        partitions are pending in a transaction (KIP-447: a read_committed consumer must not
+        start from an offset that an ending transaction is about to replace)."""
         await self._until_loaded()
+        if require_stable and self.pending.is_pending(group_id, partitions):
+            return UnstableOffsetCommit(
+                f"group {group_id} has offsets committed in a transaction that has not "
+                "ended; retry once it has"
+            ), None
         group = self.groups.get(group_id)
         if group is None:
             return None, {}

@@ -9,7 +9,14 @@ from typing import Any
 from rafka.actors.coordinator_log import RECORDS_PER_BATCH, CoordinatorLog, RecordCodec
 from rafka.cluster.coordinator_fencing import coordinator_producer_id
 from rafka.cluster.group_types import CommittedOffset
-from rafka.cluster.offsets_records import GroupKey, OffsetKey, decode_key, decode_value
+from rafka.cluster.offsets_records import (
+    GroupKey,
+    OffsetKey,
+    PendingOffsetKey,
+    decode_key,
+    decode_value,
+)
+from rafka.cluster.transactional_offsets import PendingOffsets
 from rafka.cluster.topics import CONSUMER_OFFSETS
 
 __all__ = ["Loaded", "OffsetsLog", "RECORDS_PER_BATCH"]
@@ -18,11 +25,13 @@ OFFSETS_CODEC = RecordCodec(CONSUMER_OFFSETS, decode_key, decode_value)
 
 
 class Loaded:
-    """What a load found: committed offsets and the newest metadata record of each group."""
+    """What a load found: committed offsets, the newest metadata record of each group, and
+    the offsets pending in transactions that have not ended."""
 
     def __init__(self) -> None:
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self.metadata: dict[str, dict[str, Any] | None] = {}
+        self.pending = PendingOffsets()
 
     def replay(self, key, value) -> None:
         """Apply one record of __consumer_offsets, in log order."""
@@ -37,6 +46,15 @@ class Loaded:
                 )  # fmt: skip
         elif isinstance(key, GroupKey):
             self.metadata[key.group_id] = value
+        elif isinstance(key, PendingOffsetKey):
+            tp = (key.topic, key.partition)
+            if value is None:
+                self.pending.remove(key.producer_id, key.group_id, tp)
+            else:
+                self.pending.add(key.producer_id, key.group_id, {tp: CommittedOffset(
+                    value["offset"], value["leader_epoch"], value["metadata"],
+                    value["commit_ms"],
+                )})  # fmt: skip
 
     def group_ids(self) -> set[str]:
         return set(self.offsets) | set(self.metadata)

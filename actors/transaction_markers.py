@@ -6,7 +6,9 @@ the producer id, the bumped epoch and the coordinator's epoch, with acks=all. A 
 done when its marker is written, when the replica refuses it as stale (the producer's epoch
 there is already at or past the marker's: this marker or a later one is in), or when its
 topic was deleted. Other failures (a leader moving, replicas behind) are retried within the
-call; what is still pending at the end raises, and the coordinator tries again.
+call; what is still pending at the end raises, and the coordinator tries again. The
+"marker" of a ``__consumer_offsets`` partition goes to its group coordinator instead, which
+holds the transaction's offsets (``rafka.cluster.transactional_offsets``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from typing import Awaitable, Callable
 
 import ray
 
+from rafka.actors.placement import coordinator_name
 from rafka.actors.replica_handle import find_replica, leader_host
 from rafka.cluster.metadata import NO_LEADER
+from rafka.cluster.topics import CONSUMER_OFFSETS
 from rafka.cluster.transaction_state import Markers
 from rafka.errors import (
     CoordinatorNotAvailable,
@@ -57,7 +61,8 @@ class TransactionMarkers:
         backoff = 0.05
         last_error: BaseException | None = None
         while pending:
-            leaders = await self._leaders(sorted({t for t, _ in pending}))
+            leaders = await self._leaders(sorted({t for t, _ in pending
+                                                  if t != CONSUMER_OFFSETS}))  # fmt: skip
             results = await asyncio.gather(
                 *(self._write_one(leaders, tp, markers, coordinator_epoch) for tp in pending),
                 return_exceptions=True,
@@ -78,8 +83,23 @@ class TransactionMarkers:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
+    async def _end_offsets(self, shard: int, markers: Markers) -> BaseException | None:
+        """The marker of an offsets partition: its group coordinator makes the offsets the
+        transaction committed there visible, or drops them (the client wrote no records
+        there itself, so the coordinator's own records stand for them)."""
+        try:
+            coordinator = ray.get_actor(coordinator_name(shard), namespace=self.namespace)
+            errno, message = await coordinator.complete_transaction.remote(
+                markers.producer_id, markers.commit
+            )
+        except (ValueError, ray.exceptions.RayActorError) as e:
+            return CoordinatorNotAvailable(f"group coordinator {shard} is not reachable: {e!r}")
+        return error_class(errno)(message) if errno else None
+
     async def _leaders(self, topics: list[str]) -> dict[str, dict | None]:
         """Each topic's description (None when it no longer exists)."""
+        if not topics:
+            return {}
         described = await self.controller_call("metadata", topics, False)
         return {t: d if isinstance(d, dict) else None for t, d in described.items()}
 
@@ -88,6 +108,8 @@ class TransactionMarkers:
     ) -> BaseException | None:
         """None when the partition is done, else the error to retry on."""
         topic, partition = tp
+        if topic == CONSUMER_OFFSETS:
+            return await self._end_offsets(partition, markers)
         described = leaders.get(topic)
         if described is None:
             return None  # the topic was deleted: nothing of the transaction is left there

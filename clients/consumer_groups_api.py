@@ -28,7 +28,7 @@ from rafka.errors import (
     InvalidGroupId,
     RafkaError,
 )
-from rafka.types import OffsetAndMetadata, TopicPartition
+from rafka.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,10 @@ def check_group_settings(
 class GroupConsumerMixin:
     """Needs from the Consumer: ``_gateway``, ``_metadata``, ``_partitions`` (tp -> state
     with ``position``), ``_add_partitions``, ``_remove_partitions``, ``_reset`` and
-    ``request_timeout_s``."""
+    ``request_timeout_s``; and ``isolation_level`` when not Kafka's default."""
+
+    #: The Consumer's setting: a read_committed consumer starts from stable offsets only.
+    isolation_level = "read_uncommitted"
 
     def _init_group(
         self, group_id: str | None, group_instance_id: str | None, client_id: str,
@@ -296,17 +299,31 @@ class GroupConsumerMixin:
         self, partitions: TopicPartition | Iterable[TopicPartition]
     ) -> OffsetAndMetadata | None | dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offset for one partition (None when it has none), or a dict
-        for several."""
+        for several. A read_committed consumer waits (within request_timeout_ms) while a
+        transaction that committed offsets of them is ending, as Kafka's does (KIP-447)."""
         self._check_open()
         if self.group_id is None:
             raise InvalidGroupId("committed() needs a consumer created with group_id")
         single = isinstance(partitions, TopicPartition)
         wanted = [partitions] if single else [TopicPartition(*tp) for tp in partitions]
         member = self._member or self._standalone_member()
-        found = member.committed(wanted, self.request_timeout_s)
+        found = member.committed(wanted, self.request_timeout_s,
+                                 require_stable=self.isolation_level == "read_committed")
         if single:
             return found.get(partitions)
         return {tp: found.get(tp) for tp in wanted}
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group membership, for ``producer.send_offsets_to_transaction``:
+        offsets it sends are refused once a newer generation fenced this member."""
+        self._check_open()
+        if self.group_id is None:
+            raise InvalidGroupId("group_metadata() needs a consumer created with group_id")
+        member = self._member
+        if member is None:
+            return ConsumerGroupMetadata(self.group_id)
+        return ConsumerGroupMetadata(self.group_id, member.generation, member.member_id,
+                                     member.group_instance_id)  # fmt: skip
 
     def _standalone_member(self) -> GroupMember:
         """Commits of a consumer that uses assign() with a group_id: as no member (generation
@@ -340,7 +357,11 @@ class GroupConsumerMixin:
             # This consumer's own commits still under way come first: a partition given up
             # with an asynchronous commit and handed back must start after that commit.
             member.finish_async_commits_of(missing, self.request_timeout_s)
-            for tp, committed in member.committed(missing, self.request_timeout_s).items():
+            # A read_committed consumer starts from stable offsets only (KIP-447): offsets
+            # a transaction committed are not replaced by it while it ends.
+            stable = self.isolation_level == "read_committed"
+            for tp, committed in member.committed(missing, self.request_timeout_s,
+                                                  require_stable=stable).items():  # fmt: skip
                 state = self._partitions.get(tp)
                 if state is not None and state.position is None:
                     state.clear()

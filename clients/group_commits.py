@@ -170,13 +170,17 @@ class CommitMixin:
         return error
 
     def committed(
-        self, partitions: Iterable[TopicPartition], timeout_s: float
+        self, partitions: Iterable[TopicPartition], timeout_s: float,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets of ``partitions``; ``require_stable``: waiting
+        (within ``timeout_s``) while a transaction that committed offsets of them is ending
+        (UnstableOffsetCommit, retried)."""
         wanted = [(tp.topic, tp.partition) for tp in partitions]
         deadline = self._clock() + timeout_s
         while True:
             try:
-                error, found = self._call("fetch_offsets", wanted)
+                error, found = self._call("fetch_offsets", wanted, require_stable)
                 if error is None:
                     return {
                         TopicPartition(t, p): OffsetAndMetadata(o, m, e)

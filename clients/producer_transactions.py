@@ -18,6 +18,7 @@ import time
 from typing import Any, Iterator
 
 from rafka.clients.transaction_manager import TransactionState, TxnClientState
+from rafka.cluster.topics import CONSUMER_OFFSETS
 from rafka.errors import (
     BrokerNotAvailable,
     IllegalState,
@@ -26,6 +27,7 @@ from rafka.errors import (
     TransactionAbortable,
     error_class,
 )
+from rafka.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 _S = TxnClientState
 #: First pause before a retriable coordinator answer is retried, s (doubled up to 1 s).
@@ -109,6 +111,52 @@ class TransactionalMixin:
                 ))  # fmt: skip
                 self.flush(timeout)
             self._end(commit=False)
+
+    def send_offsets_to_transaction(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata | int],
+        group_metadata: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Commit a consumer's ``offsets`` (the next record to read, per partition) as part
+        of the current transaction: they become the group's committed offsets if and only
+        if the transaction commits (consume-transform-produce, exactly once).
+        ``group_metadata`` is ``consumer.group_metadata()`` (KIP-447: a consumer fenced by
+        a newer generation has its offsets refused and the transaction must abort); a bare
+        group id commits as no member, which only a group without members accepts."""
+        txn = self._transactional()
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata)
+        wanted = {}
+        for tp, value in dict(offsets).items():
+            tp = TopicPartition(*tp)
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = OffsetAndMetadata(value)
+            if not isinstance(value, OffsetAndMetadata) or value.offset < 0:
+                raise TypeError(
+                    f"the offset of {tp} must be an OffsetAndMetadata or an int >= 0, got "
+                    f"{value!r}"
+                )
+            wanted[(tp.topic, tp.partition)] = (value.offset, value.leader_epoch,
+                                                value.metadata)  # fmt: skip
+        group_id = group_metadata.group_id
+        shard = self._gateway.call_controller("group_coordinator", group_id)["shard"]
+        self._join_transaction(CONSUMER_OFFSETS, shard)
+        with self._txn_lock:
+            txn.check_can_send()
+            try:
+                coordinator = self._gateway.group_coordinator(group_id)
+                error = self._gateway.get(
+                    self._gateway.send(
+                        coordinator, "commit_offsets_in_transaction", txn.transactional_id,
+                        txn.producer_id, txn.epoch, group_id, group_metadata.member_id,
+                        group_metadata.group_instance_id, group_metadata.generation_id, wanted,
+                    ),
+                    self.config.max_block_ms / 1000, "the group coordinator",
+                )  # fmt: skip
+            except RafkaError as e:
+                error = e
+            if error is not None:
+                txn.failed(error)
+                raise error
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:

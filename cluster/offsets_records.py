@@ -10,6 +10,10 @@ with no value (a tombstone) deletes the key. Two kinds of key as in Kafka, and a
                            {"member_id", "group_instance_id", "client_id", "client_host",
                             "session_timeout_ms", "rebalance_timeout_ms", "subscription",
                             "assignment"}, ...]}
+    pending offset  key [4, group id, topic, partition, producer id]
+                    value as an offset commit's: committed inside a transaction of that
+                    producer and not visible until it ends (``transactional_offsets``);
+                    deleted (a tombstone) once it has
     epoch marker    key [3, shard]
                     value {"producer_id", "epoch", "token"}: written by each incarnation of
                     the shard's coordinator as it loads, to fence earlier ones
@@ -34,6 +38,7 @@ import msgpack
 OFFSET_COMMIT = 1
 GROUP_METADATA = 2
 EPOCH_MARKER = 3
+PENDING_OFFSET = 4
 
 
 class OffsetKey(NamedTuple):
@@ -48,6 +53,13 @@ class GroupKey(NamedTuple):
 
 class EpochMarkerKey(NamedTuple):
     shard: int
+
+
+class PendingOffsetKey(NamedTuple):
+    group_id: str
+    topic: str
+    partition: int
+    producer_id: int
 
 
 def java_string_hash(text: str) -> int:
@@ -87,6 +99,10 @@ def offset_value(offset: int, leader_epoch: int, metadata: str, commit_ms: int) 
     )  # fmt: skip
 
 
+def pending_offset_key(group_id: str, topic: str, partition: int, producer_id: int) -> bytes:
+    return msgpack.packb([PENDING_OFFSET, group_id, topic, partition, producer_id])
+
+
 def group_key(group_id: str) -> bytes:
     return msgpack.packb([GROUP_METADATA, group_id])
 
@@ -103,7 +119,7 @@ def epoch_marker_value(producer_id: int, epoch: int, token: str) -> bytes:
     return msgpack.packb({"producer_id": producer_id, "epoch": epoch, "token": token})
 
 
-def decode_key(key: bytes) -> OffsetKey | GroupKey | EpochMarkerKey | None:
+def decode_key(key: bytes) -> OffsetKey | GroupKey | EpochMarkerKey | PendingOffsetKey | None:
     """The key's fields, or None for a kind this version does not know."""
     fields = msgpack.unpackb(key)
     if fields[0] == OFFSET_COMMIT:
@@ -112,6 +128,8 @@ def decode_key(key: bytes) -> OffsetKey | GroupKey | EpochMarkerKey | None:
         return GroupKey(fields[1])
     if fields[0] == EPOCH_MARKER:
         return EpochMarkerKey(fields[1])
+    if fields[0] == PENDING_OFFSET:
+        return PendingOffsetKey(fields[1], fields[2], fields[3], fields[4])
     return None
 
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from rafka import TopicPartition
+from rafka import OffsetAndMetadata, TopicPartition
 from rafka.errors import IllegalState, ProducerFenced, TransactionAbortable
 
 
@@ -187,3 +187,48 @@ def test_a_transactional_producer_refuses_to_send_outside_a_transaction(cluster,
             producer.send(topic, value=b"x")
     finally:
         producer.close()
+
+
+def test_offsets_sent_in_a_transaction_are_committed_if_and_only_if_it_commits(
+    cluster, make_topic
+):
+    source, sink = make_topic(), make_topic()
+    plain = cluster.producer()
+    for i in range(10):
+        plain.send(source, value=b"in-%d" % i, partition=0)
+    plain.flush()
+    plain.close()
+    tp = TopicPartition(source, 0)
+    group = _id("group")
+    consumer = cluster.consumer(group_id=group, auto_offset_reset="earliest",
+                                enable_auto_commit=False, isolation_level="read_committed",
+                                fetch_max_wait_ms=50)  # fmt: skip
+    producer = cluster.producer(transactional_id=_id())
+    try:
+        consumer.assign([tp])
+        consumed: list = []
+        deadline = time.monotonic() + 30
+        while len(consumed) < 10 and time.monotonic() < deadline:
+            consumed += consumer.poll(timeout_ms=100)
+        assert [r.value for r in consumed] == [b"in-%d" % i for i in range(10)]
+        producer.init_transactions()
+        producer.begin_transaction()
+        for r in consumed[:5]:
+            producer.send(sink, value=r.value.replace(b"in", b"out"), partition=0)
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(5)},
+                                             consumer.group_metadata())  # fmt: skip
+        producer.abort_transaction()
+        assert consumer.committed(tp) is None
+        producer.begin_transaction()
+        for r in consumed:
+            producer.send(sink, value=r.value.replace(b"in", b"out"), partition=0)
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(10)},
+                                             consumer.group_metadata())  # fmt: skip
+        producer.commit_transaction()
+        assert consumer.committed(tp).offset == 10
+    finally:
+        producer.close()
+        consumer.close()
+    assert values(read_all(cluster, [sink], "read_committed", 10)) == sorted(
+        b"out-%d" % i for i in range(10)
+    )

@@ -260,7 +260,7 @@ class FakeCoordinator:
         if not self.hold_writes:
             self.finish_writes()
 
-    def fetch_offsets(self, ref, group_id, partitions=None) -> None:
+    def fetch_offsets(self, ref, group_id, partitions=None, require_stable=False) -> None:
         group = self.groups.get(group_id)
         # The actor waits for the commits in flight at the call; here, for any of them.
         if group is not None and group.commits_in_flight(partitions):
