@@ -4,10 +4,15 @@ and the coordinator's timeout abort."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 
 import pytest
+import ray
 
 from rafka import OffsetAndMetadata, TopicPartition
 from rafka.errors import IllegalState, ProducerFenced, TransactionAbortable
@@ -232,3 +237,42 @@ def test_offsets_sent_in_a_transaction_are_committed_if_and_only_if_it_commits(
     assert values(read_all(cluster, [sink], "read_committed", 10)) == sorted(
         b"out-%d" % i for i in range(10)
     )
+
+
+PIPELINE = os.path.join(os.path.dirname(__file__), "txn_pipeline.py")
+
+
+def test_a_pipeline_killed_with_sigkill_and_restarted_writes_each_output_once(
+    cluster, make_topic
+):
+    """consume-transform-produce with the offsets in each transaction: the process is
+    killed (SIGKILL) in the middle of its work and started again with the same
+    transactional id and group; read_committed readers of its output see every input's
+    output exactly once."""
+    total = 300
+    source, sink = make_topic(partitions=2), make_topic(partitions=2)
+    plain = cluster.producer()
+    for i in range(total):
+        plain.send(source, value=b"in-%03d" % i, partition=i % 2)
+    plain.flush()
+    plain.close()
+    args = [sys.executable, PIPELINE, ray.get_runtime_context().gcs_address, cluster.namespace,
+            source, sink, _id("group"), _id("pipeline"), str(total), "10"]  # fmt: skip
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        committed = 0
+        for line in first.stdout:  # kill it once a third of the work is committed
+            if line.startswith("COMMITTED"):
+                committed = int(line.split()[1])
+                if committed >= total // 3:
+                    break
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert total // 3 <= committed < total, "the first run was killed before it finished"
+    second = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    out = read_all(cluster, [sink], "read_committed", total, wait_s=30)
+    assert sorted(r.value for r in out) == sorted(b"out:in-%03d" % i for i in range(total))
