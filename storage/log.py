@@ -371,9 +371,8 @@ class Log(LogRemovals, LogTransactions):
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> LogReadResult:
         """Whole batches starting with the one that holds ``offset``, at most ``max_bytes``
         (but at least one batch), none at or past ``max_offset`` (pass the high watermark for
-        read_uncommitted consumers, the last stable offset for read_committed ones, with
-        ``aborted_transactions`` of the range read). The first batch may start before
-        ``offset``: the reader skips records."""
+        read_uncommitted consumers; read_committed ones use ``read_committed``). The first
+        batch may start before ``offset``: the reader skips records."""
         if max_bytes <= 0:
             raise InvalidFetchSize(f"max_bytes={max_bytes}; ask for at least 1 byte")
         if offset < self.log_start_offset or offset > self.log_end_offset:

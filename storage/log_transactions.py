@@ -31,6 +31,7 @@ from rafka.storage.transaction_index import AbortedTxn
 from rafka.storage.transaction_markers import TxnMarker, marker_of
 
 if TYPE_CHECKING:
+    from rafka.storage.log import LogReadResult
     from rafka.storage.log_directory import LogDirectory
     from rafka.storage.log_segments import LogSegments
     from rafka.storage.producer_state import ProducerStateManager
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
 
 
 class LogTransactions:
-    """Transaction operations of ``Log``; see the module docstring."""
+    """Transaction operations of ``Log``; see the module docstring. Besides the attributes
+    below they use Log's ``read``."""
 
     files: "LogDirectory"
     producer_state: "ProducerStateManager"
@@ -55,6 +57,17 @@ class LogTransactions:
         if first_unstable is None or first_unstable >= self.high_watermark:
             return self.high_watermark
         return max(first_unstable, self.log_start_offset)
+
+    def read_committed(
+        self, offset: int, max_bytes: int
+    ) -> tuple["LogReadResult", list[tuple[int, int]]]:
+        """A read_committed fetch: whole batches from ``offset`` below the last stable offset
+        (as ``read``), and the aborted transactions of the range they cover, up to the offset
+        after the last batch returned (empty when no batch is)."""
+        result = self.read(offset, max_bytes, self.last_stable_offset)
+        if not len(result.records):
+            return result, []
+        return result, self.aborted_transactions(offset, rb.next_offset(result.records))
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of every aborted transaction with records in

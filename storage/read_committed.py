@@ -29,7 +29,9 @@ from rafka.storage.transaction_markers import read_marker
 
 
 class ReadCommittedFilter:
-    """The aborted-transaction filter of one partition's consumer position."""
+    """The aborted-transaction filter of one partition's consumer position: in memory only
+    (a consumer that restarts starts a new walk with its next fetch answer), one per
+    partition, not thread-safe."""
 
     def __init__(self) -> None:
         self._pending: list[tuple[int, int]] = []  # heap of (first offset, producer id)

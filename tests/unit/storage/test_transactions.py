@@ -408,3 +408,22 @@ def test_delete_records_keeps_the_index_of_the_segment_it_keeps(open_log):
     log.delete_records(3)
     assert txn_files(log) == [f"{log.segments[0].base_offset:020d}.txnindex"]
     assert log.aborted_transactions(3, 7) == [(1, 0)]
+
+
+def test_a_read_committed_fetch_stops_at_the_lso_with_the_aborts_of_its_range(open_log):
+    """read_committed returns batches below the LSO and the aborted transactions of exactly
+    the range they cover."""
+    log = open_log()
+    log.append_as_leader(txn_batch([b"a"], pid=1, seq=0), leader_epoch=0)  # 0
+    write_marker(log, ABORT, pid=1, epoch=1)  # 1
+    log.append_as_leader(batch([b"b"]), leader_epoch=0)  # 2
+    log.append_as_leader(txn_batch([b"c"], pid=2, seq=0), leader_epoch=0)  # 3, open
+    log.append_as_leader(batch([b"d"]), leader_epoch=0)  # 4
+    committed_all(log)
+    result, aborted = log.read_committed(0, 1 << 20)
+    assert rb.next_offset(result.records) == result.last_stable_offset == 3
+    assert aborted == [(1, 0)]
+    result, aborted = log.read_committed(2, 1 << 20)
+    assert (rb.next_offset(result.records), aborted) == (3, [])
+    result, aborted = log.read_committed(3, 1 << 20)
+    assert (len(result.records), aborted) == (0, [])
