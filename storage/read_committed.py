@@ -92,3 +92,22 @@ class ReadCommittedFilter:
             item = heapq.heappop(pending)
             self._queued.discard(item)
             self._aborted.add(item[1])
+
+
+def committed_batches(txn_filter: ReadCommittedFilter, data):
+    """The batches of ``data`` (whole batches in offset order, the next ones of the walk)
+    that a read_committed reader gets, markers included (readers skip control batches
+    themselves): ``data`` itself when nothing is dropped, else a copy of what is kept."""
+    total = 0
+    kept = []
+    for position, header in rb.iter_batches(data):
+        total += 1
+        control_type = None
+        if header.is_control and header.has_producer_id:
+            control_type = read_marker(data, position).control_type
+        if txn_filter.accept(header, control_type) or header.is_control:
+            kept.append((position, header.size))
+    if len(kept) == total:
+        return data
+    view = memoryview(data).cast("B")
+    return b"".join(bytes(view[pos : pos + size]) for pos, size in kept)
