@@ -10,6 +10,8 @@ the named workloads (all of them when none is named) in the order of ``WORKLOADS
   consume      one consumer reading a one-partition topic from the beginning  (with the peer)
   latency      end-to-end p50/p99/p99.9 at a fixed offered rate, acks=1        (with the peer)
   group        a consumer group of three over six partitions                  (with the peer)
+  transactions 1,000-record transactions over 3 partitions, acks=all: records/s, commit
+               p50/p99, read_committed reads (baselines: idempotent, read_uncommitted)
   spark        Spark reading a topic and aggregating (baseline: the same rows from Parquet)
   produce-all  acks=all on RF=3 across three local nodes (baseline: acks=1, RF=1, same nodes)
   failover     time from killing a partition leader's node to the next acks=all write
@@ -24,11 +26,11 @@ workloads run for rafka alone and say so. Tansu keeps data in memory and has no 
 so produce-all and failover have no peer figure; spark and storage are compared with their
 baselines instead.
 
-Workloads that run on one embedded Ray node (produce, consume, latency, group, spark) share one
-rafka instance, each with topics of its own that it deletes; produce-all, failover and
-controller share one ``LocalCluster`` of three disk nodes, started after the embedded instance
-is shut down. scale starts (and stops) rafka instances of its own, one after the other, before
-the shared ones: its cluster settings differ from theirs.
+Workloads that run on one embedded Ray node (produce, consume, latency, group, transactions,
+spark) share one rafka instance, each with topics of its own that it deletes; produce-all,
+failover and controller share one ``LocalCluster`` of three disk nodes, started after the
+embedded instance is shut down. scale starts (and stops) rafka instances of its own, one after
+the other, before the shared ones: its cluster settings differ from theirs.
 
 Every workload writes ``<results-dir>/<workload>.json`` (the machine, the command line, every
 argument, the summary rows and the workload's full report); the run writes
@@ -91,6 +93,9 @@ WORKLOADS: dict[str, Workload] = {
                  "end-to-end latency at a fixed offered rate, acks=1", "embedded", True),
         Workload("group", "bench.groups", "workload",
                  "a consumer group of three over six partitions", "embedded", True),
+        Workload("transactions", "bench.transactions", "workload",
+                 "1,000-record transactions vs the idempotent producer; read_committed",
+                 "embedded", False),
         Workload("spark", "bench.spark", "workload",
                  "Spark read + aggregate vs the same rows from Parquet", "embedded", False),
         Workload("produce-all", "bench.failover", "produce_all_workload",
@@ -105,10 +110,12 @@ WORKLOADS: dict[str, Workload] = {
 ALIASES = {"clients": ("produce", "consume"), "groups": ("group",), "all": tuple(WORKLOADS)}
 #: Modules with options (``add_arguments``) and tiny sizes (``TINY``), in the help's order.
 OPTION_MODULES = ("bench.storage", "bench.scale", "bench.clients", "bench.latency",
-                  "bench.groups", "bench.spark", "bench.failover", "bench.controller")  # fmt: skip
+                  "bench.groups", "bench.transactions", "bench.spark", "bench.failover",
+                  "bench.controller")  # fmt: skip
 OPTION_TITLES = {
     "bench.storage": "storage", "bench.scale": "scale", "bench.clients": "produce and consume",
-    "bench.latency": "latency", "bench.groups": "group", "bench.spark": "spark",
+    "bench.latency": "latency", "bench.groups": "group", "bench.transactions": "transactions",
+    "bench.spark": "spark",
     "bench.failover": "produce-all and failover", "bench.controller": "controller",
 }  # fmt: skip
 
