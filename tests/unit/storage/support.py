@@ -56,8 +56,10 @@ def txn_batch(values, pid: int, seq: int, epoch: int = 0, **kw) -> bytes:
 def marker(kind: rb.ControlType, pid: int, epoch: int = 0, coordinator_epoch: int = 0,
            timestamp: int = 1_700_000_000_000) -> bytes:  # fmt: skip
     """A transaction marker as a coordinator writes it."""
-    return rb.encode_control_batch(kind, producer_id=pid, producer_epoch=epoch,
-                                   coordinator_epoch=coordinator_epoch, timestamp=timestamp)  # fmt: skip
+    return rb.encode_control_batch(
+        kind, producer_id=pid, producer_epoch=epoch, coordinator_epoch=coordinator_epoch,
+        timestamp=timestamp,
+    )  # fmt: skip
 
 
 COMMIT, ABORT = rb.ControlType.COMMIT, rb.ControlType.ABORT
