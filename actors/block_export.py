@@ -20,6 +20,7 @@ import ray
 
 from rafka.actors import metrics
 from rafka.storage import record_batch as rb
+from rafka.storage.read_committed import ReadCommittedFilter, committed_batches
 
 #: Bytes read from the log per step on the event loop.
 READ_CHUNK_BYTES = 4 << 20
@@ -41,10 +42,15 @@ class BlockExporter:
         self._pool: ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
 
-    async def export(self, read: Callable[[int, int], Any], start: int, end: int) -> tuple:
+    async def export(
+        self, read: Callable[[int, int], Any], start: int, end: int,
+        committed: ReadCommittedFilter | None = None,
+    ) -> tuple:  # fmt: skip
         """The records in [start, end) as one block. ``read(offset, max_bytes)`` returns the
         log's batches from ``offset`` (the caller has checked the range is readable).
-        Answers (object ref, rows)."""
+        ``committed``: a read_committed read, whose filter (given the aborted transactions
+        of the range) drops the batches of aborted transactions. Answers (object ref,
+        rows)."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(RANGES_IN_FLIGHT)
             self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"export-{self.partition}")
@@ -61,7 +67,7 @@ class BlockExporter:
                 await asyncio.sleep(0)  # let produce and fetch calls run between chunks
             loop = asyncio.get_running_loop()
             ref, rows = await loop.run_in_executor(
-                self._pool, self._encode_and_put, chunks, start, end
+                self._pool, self._encode_and_put, chunks, start, end, committed
             )
         if self.partition_metrics is not None:
             elapsed = metrics.elapsed_ms(started, time.perf_counter())
@@ -69,8 +75,13 @@ class BlockExporter:
             self.partition_metrics.sent(metrics.EXPORT, rows, size, elapsed)
         return ref, rows
 
-    def _encode_and_put(self, chunks: list, start: int, end: int) -> tuple:
+    def _encode_and_put(
+        self, chunks: list, start: int, end: int, committed: ReadCommittedFilter | None
+    ) -> tuple:
         from rafka.clients import arrow_blocks
+
+        if committed is not None:  # in offset order: the filter walks the range once
+            chunks = [committed_batches(committed, data) for data in chunks]
 
         table = arrow_blocks.records_table(self.topic, self.partition, chunks, start, end)
         return ray.put(arrow_blocks.to_ipc_stream(table)), table.num_rows

@@ -26,6 +26,7 @@ from rafka.cluster.replication import UNDEFINED_EPOCH, diverging_epoch
 from rafka.errors import NotLeaderOrFollower, OffsetOutOfRange, RafkaError
 from rafka.storage import record_batch as rb
 from rafka.storage.log import now_ms
+from rafka.storage.read_committed import ReadCommittedFilter
 
 if TYPE_CHECKING:
     from rafka.actors.partition_replica import PartitionReplica
@@ -190,7 +191,7 @@ class FetchHandler:
             limit = None
         return log_.read(offset, max_bytes, limit).records
 
-    async def export_block(self, start: int, end: int) -> tuple:
+    async def export_block(self, start: int, end: int, committed_only: bool = False) -> tuple:
         r = self.replica
         r.loop_ready()
         log_ = r.log
@@ -206,9 +207,20 @@ class FetchHandler:
                     f"committed log [{log_.log_start_offset}, {log_.high_watermark}) of broker "
                     f"{r.broker_id}; plan the read again"
                 )
+            committed = None
+            if committed_only:
+                if end > log_.last_stable_offset:
+                    raise OffsetOutOfRange(
+                        f"range [{start}, {end}) of {r.topic}-{r.partition} passes the last "
+                        f"stable offset {log_.last_stable_offset} of broker {r.broker_id} (a "
+                        "transaction is open there); plan the read again"
+                    )
+                committed = ReadCommittedFilter()
+                committed.add_aborted(log_.aborted_transactions(start, end))
             ref, rows = await self.exporter.export(
-                lambda offset, max_bytes: self._read(offset, max_bytes, _TO_HW), start, end
-            )
+                lambda offset, max_bytes: self._read(offset, max_bytes, _TO_HW), start, end,
+                committed,
+            )  # fmt: skip
         except RafkaError as e:
             return (e.errno, str(e), [], 0)
         return (0, "", [ref], rows)

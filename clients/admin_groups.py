@@ -15,6 +15,7 @@ checked before anything is sent (TypeError or ValueError saying how to fix them)
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Mapping
 
@@ -26,6 +27,7 @@ from rafka.errors import (
     NonEmptyGroup,
     RafkaError,
     UnknownTopicOrPartition,
+    UnstableOffsetCommit,
     error_class,
 )
 from rafka.types import (
@@ -257,15 +259,24 @@ class GroupAdmin:
     # -- offsets -------------------------------------------------------------------------------
 
     def list_group_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None = None
+        self, group_id: str, partitions: list[TopicPartition] | None = None,
+        require_stable: bool = False, timeout_s: float = 30.0,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The committed offsets of ``group_id`` for ``partitions`` (None: all it has),
-        sorted; partitions without a commit, and groups that do not exist, give none."""
+        sorted; partitions without a commit, and groups that do not exist, give none.
+        ``require_stable``: wait (up to ``timeout_s``) while a transaction that committed
+        offsets of them is ending, so the answer includes what it commits (KIP-447)."""
         group_id = check_group_id(group_id)
         asked = None if partitions is None else [
             tuple(tp) for tp in _listed(partitions, "partitions", _topic_partition)
         ]
-        error, offsets = self._call(group_id, "fetch_offsets", group_id, asked)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            error, offsets = self._call(group_id, "fetch_offsets", group_id, asked,
+                                        require_stable)  # fmt: skip
+            if not isinstance(error, UnstableOffsetCommit) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         _raise(error, group_id)
         return {
             TopicPartition(t, p): OffsetAndMetadata(o, m or "", e)

@@ -17,7 +17,7 @@ from rafka.clients.consumer_buffer import PartitionState
 from rafka.clients.metadata import RECHECK_INTERVAL_S, SUSPECT_AFTER_S
 from rafka.errors import OffsetOutOfRange, RafkaError, error_class
 from rafka.storage import record_batch as rb
-from rafka.storage.read_committed import ReadCommittedFilter
+from rafka.storage.read_committed import ReadCommittedFilter, committed_batches
 
 log = logging.getLogger(__name__)
 
@@ -196,15 +196,8 @@ class Fetcher:
 
 def _committed_only(state: PartitionState, data, aborted: list):
     """The batches of a read_committed answer the consumer returns: those of aborted
-    transactions are dropped (``ReadCommittedFilter``; markers are skipped when read).
-    The answer itself when nothing is dropped, else a copy of what is kept."""
+    transactions are dropped (``ReadCommittedFilter``; markers are skipped when read)."""
     if state.txn_filter is None:
         state.txn_filter = ReadCommittedFilter()
-    txn_filter = state.txn_filter
-    txn_filter.add_aborted((producer_id, first) for producer_id, first in aborted)
-    data_batches = sum(1 for _, header in rb.iter_batches(data) if not header.is_control)
-    kept = txn_filter.select(data)
-    if len(kept) == data_batches:
-        return data
-    view = memoryview(data).cast("B")
-    return b"".join(bytes(view[pos : pos + header.size]) for pos, header in kept)
+    state.txn_filter.add_aborted((producer_id, first) for producer_id, first in aborted)
+    return committed_batches(state.txn_filter, data)

@@ -211,6 +211,8 @@ def stream_topic(
     isolation_level: str = "read_committed",
     max_records_per_partition: int = DEFAULT_RECORDS_PER_BLOCK,
     start: bool = True,
+    sink_topic: str | None = None,
+    producer_settings: dict[str, Any] | None = None,
 ):
     """A micro-batch stream of ``topic`` (Spark's ``foreachBatch``): each batch, from the
     offsets ``group_id`` committed up to the high watermark, is handed to ``fn(df,
@@ -218,9 +220,18 @@ def stream_topic(
     offsets starts at ``starting_offsets``, resolved once and committed before the first
     batch ('latest': what arrives after the stream starts). See
     ``rafka.clients.spark_stream.TopicStream``; with ``start=False`` nothing runs until
-    ``start()`` or ``process_available()``."""
+    ``start()`` or ``process_available()``.
+
+    With ``sink_topic``, ``fn`` returns each batch's output DataFrame (a value column; key,
+    partition and headers optional) and the stream writes it to ``sink_topic`` exactly
+    once: output and progress commit in one transaction (``spark_sink``), so after any
+    failure and restart each input's output is there once for read_committed readers."""
+    from rafka.clients.spark_sink import TransactionalSink
     from rafka.clients.spark_stream import TopicStream
 
+    sink = None
+    if sink_topic is not None:
+        sink = TransactionalSink(cluster, sink_topic, group_id, producer_settings)
     stream = TopicStream(
         spark, cluster, topic, group_id, fn,
         starting_offsets=starting_offsets,
@@ -228,5 +239,6 @@ def stream_topic(
         trigger_interval_s=trigger_interval_s,
         isolation_level=isolation_level,
         max_records_per_partition=max_records_per_partition,
+        sink=sink,
     )  # fmt: skip
     return stream.start() if start else stream

@@ -16,6 +16,11 @@ A stream that stops between 1 and 3 (a crash, an exception in ``fn``) repeats th
 with the same ranges when it comes back, so a sink that writes each batch id once (replacing
 what an earlier attempt of that id wrote) sees every record exactly once.
 
+With a ``sink`` (``spark_sink.TransactionalSink``) ``fn`` returns the batch's output as a
+DataFrame, and step 3 is the sink's transaction: the output and the end offsets commit
+together, so the output topic holds each batch's output once for read_committed readers.
+Plans read the group's offsets as stable ones (a transaction still completing is waited for).
+
 The stream commits as an administrator of its group: the group must have no members
 (NonEmptyGroup otherwise). Give each stream its own group id.
 """
@@ -52,7 +57,8 @@ def read_batch(stream: "TopicStream", ranges: dict[int, tuple[int, int]]) -> tup
     from rafka.clients.spark import snapshot_dataframe
 
     snapshot = snapshot_ranges(
-        stream.cluster, stream.topic, ranges, stream.max_records_per_partition
+        stream.cluster, stream.topic, ranges, stream.max_records_per_partition,
+        committed_only=stream.committed_only,
     )
     return snapshot_dataframe(stream.spark, snapshot), snapshot.rows
 
@@ -99,6 +105,7 @@ class TopicStream:
         trigger_interval_s: float = 1.0,
         isolation_level: str = "read_committed",
         max_records_per_partition: int = DEFAULT_RECORDS_PER_BLOCK,
+        sink: Any = None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"fn must be callable as fn(df, batch_id), not {fn!r}")
@@ -118,6 +125,7 @@ class TopicStream:
         self.trigger_interval_s = trigger_interval_s
         self.committed_only = check_isolation_level(isolation_level) == "read_committed"
         self.max_records_per_partition = max_records_per_partition
+        self.sink = sink
         self.last_progress: BatchProgress | None = None
         self.exception: BaseException | None = None
         self._admin = cluster.admin()
@@ -151,13 +159,18 @@ class TopicStream:
         began = time.monotonic()
         df, records = read_batch(self, batch.ranges)
         read = time.monotonic()
+        ends = {p: OffsetAndMetadata(end, progress_metadata(batch.batch_id))
+                for p, (_start, end) in batch.ranges.items()}  # fmt: skip
         try:
-            self.fn(df, batch.batch_id)
+            output = self.fn(df, batch.batch_id)
+            if self.sink is not None:
+                self.sink.commit_batch(output, {TopicPartition(self.topic, p): o
+                                                for p, o in ends.items()})  # fmt: skip
         finally:
             release_batch(df)
         done = time.monotonic()
-        self._commit({p: OffsetAndMetadata(end, progress_metadata(batch.batch_id))
-                      for p, (_start, end) in batch.ranges.items()})  # fmt: skip
+        if self.sink is None:
+            self._commit(ends)
         progress = BatchProgress(
             batch.batch_id, batch.ranges, records, batch.replay, read - began, done - read
         )
@@ -239,7 +252,7 @@ class TopicStream:
         committed first (once: later plans start from it), after the plan has checked it."""
         bounds = partition_bounds(self.cluster, self.topic)
         listed = self._admin.list_group_offsets(
-            self.group_id, [TopicPartition(self.topic, p) for p in bounds]
+            self.group_id, [TopicPartition(self.topic, p) for p in bounds], require_stable=True
         )
         committed = {tp.partition: (o.offset, o.metadata) for tp, o in listed.items()}
         starts = unrecorded_starts(committed, bounds, self.starting, self.committed_only)

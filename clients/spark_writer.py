@@ -60,7 +60,7 @@ def write(df, cluster, topic: str, producer_settings: dict[str, Any]) -> int:
         try:
             futures = []
             for batch in batches:
-                written += _send(producer, topic, batch, futures)
+                written += send_arrow_batch(producer, topic, batch, futures)
             producer.flush()
             for future in futures:
                 future.result()  # raises the first send that failed: the task fails
@@ -86,7 +86,7 @@ def _producer(address: str, namespace: str, settings: dict[str, Any]):
     return Cluster(namespace, address).producer(**settings)
 
 
-def _send(producer, topic: str, batch, futures: list) -> int:
+def send_arrow_batch(producer, topic: str, batch, futures: list) -> int:
     """Queue the rows of one Arrow batch; returns how many."""
     import numpy as np
 

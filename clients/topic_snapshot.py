@@ -83,12 +83,14 @@ class TopicSnapshot:
 
 
 def partition_bounds(cluster, topic: str) -> dict[int, PartitionBounds]:
-    """Each partition's log start and high watermark, from its leader. Without transactions
-    the last stable offset is the high watermark."""
+    """Each partition's log start, high watermark and last stable offset, from its leader
+    (a leader that does not report the last stable offset has no transactions: it is the
+    high watermark)."""
     described = _with_retries(lambda: _describe_leaders(cluster, topic), f"offsets of {topic}")
     return {
         d["partition"]: PartitionBounds(
-            d["log_start_offset"], d["high_watermark"], d["high_watermark"]
+            d["log_start_offset"], d["high_watermark"],
+            d.get("last_stable_offset", d["high_watermark"]),
         )
         for d in described
     }
@@ -120,7 +122,8 @@ def snapshot_topic(
     ending = parse_offsets(ending_offsets, topic, "ending_offsets")
     bounds = partition_bounds(cluster, topic)
     ranges = resolve_range(topic, bounds, starting, ending, committed_only)
-    return snapshot_ranges(cluster, topic, ranges, records_per_block, min_blocks)
+    return snapshot_ranges(cluster, topic, ranges, records_per_block, min_blocks,
+                           committed_only)  # fmt: skip
 
 
 def snapshot_ranges(
@@ -129,11 +132,14 @@ def snapshot_ranges(
     ranges: dict[int, tuple[int, int]],
     records_per_block: int = DEFAULT_RECORDS_PER_BLOCK,
     min_blocks: int = 1,
+    committed_only: bool = False,
 ) -> TopicSnapshot:
-    """The blocks of the given [start, end) ranges, which must be readable (committed)."""
+    """The blocks of the given [start, end) ranges, which must be readable (committed; with
+    ``committed_only``, below the last stable offset, and the records of aborted
+    transactions are left out)."""
     pieces = split_ranges(ranges, records_per_block, min_blocks)
     snapshot = TopicSnapshot(topic, dict(ranges))
-    snapshot.blocks = _BlockExport(cluster, topic, pieces).run()
+    snapshot.blocks = _BlockExport(cluster, topic, pieces, committed_only).run()
     return snapshot
 
 
@@ -169,7 +175,9 @@ class _BlockExport:
     planned end for a moment), unless the range starts below the log start: those records
     are gone."""
 
-    def __init__(self, cluster, topic: str, pieces: list[tuple[int, int, int]]) -> None:
+    def __init__(self, cluster, topic: str, pieces: list[tuple[int, int, int]],
+                 committed_only: bool = False) -> None:  # fmt: skip
+        self.committed_only = committed_only
         self.cluster = cluster
         self.gateway = cluster.gateway
         self.topic = topic
@@ -231,7 +239,8 @@ class _BlockExport:
         meta = self.cluster.metadata.topic(self.topic)
         replica = self.cluster.metadata.replica(meta, job.partition)
         job.broker = meta.partitions[job.partition].leader
-        job.ref = self.gateway.send(replica, "export_block", job.start, job.end)
+        job.ref = self.gateway.send(replica, "export_block", job.start, job.end,
+                                    self.committed_only)  # fmt: skip
         job.deadline = now + block_budget_s(job.end - job.start)
 
     def _answered(self, job: _Job, answer: tuple) -> None:

@@ -77,7 +77,7 @@ class FakeCoordinator:
                                     "metadata": metadata, "commit_ms": 1}  # fmt: skip
         return None
 
-    def fetch_offsets(self, group_id, partitions):
+    def fetch_offsets(self, group_id, partitions, require_stable=False):
         offsets = self.groups.get(group_id, {"offsets": {}})["offsets"]
         return None, {tp: (c["offset"], c["leader_epoch"], c["metadata"])
                       for tp, c in offsets.items() if partitions is None or tp in partitions}
@@ -316,7 +316,7 @@ def test_list_group_offsets_reads_offset_metadata_and_epoch_sorted():
         TP("audit", 0): OffsetAndMetadata(2, "m", 2), TP("orders", 1): OffsetAndMetadata(4, "m", 2),
     }  # fmt: skip
     assert list(admin.list_group_offsets("billing", [TP("orders", 1)])) == [TP("orders", 1)]
-    assert gateway.sent[-1] == ("fetch_offsets", ("billing", [("orders", 1)]))
+    assert gateway.sent[-1] == ("fetch_offsets", ("billing", [("orders", 1)], False))
     assert admin.list_group_offsets("nobody") == {}
 
 

@@ -11,7 +11,7 @@ import pytest
 from rafka.clients.metadata import MetadataCache
 from rafka.clients.partitioner import default_partition
 from rafka.clients.producer import Producer
-from rafka.clients.spark_writer import _send
+from rafka.clients.spark_writer import send_arrow_batch
 from rafka.errors import RecordTooLarge
 
 from .fake_leader import FakeGateway
@@ -94,7 +94,7 @@ def test_a_nullable_arrow_key_column_from_a_sink_is_partitioned_by_key(gateway, 
     keys = pa.array(["k%d" % i if i % 4 else None for i in range(40)], pa.string())
     values = pa.array([b"v%03d" % i for i in range(40)], pa.binary())
     futures: list = []
-    _send(producer, "t", pa.RecordBatch.from_arrays([values, keys], ["value", "key"]), futures)
+    send_arrow_batch(producer, "t", pa.RecordBatch.from_arrays([values, keys], ["value", "key"]), futures)
     producer.flush(timeout=10)
     futures[0].result(timeout=0)
 
@@ -153,8 +153,8 @@ def test_sink_rows_with_headers_then_rows_without_keep_their_order_within_a_task
          pa.array([None] * 8, HEADERS)],
         ["value", "key", "headers"],
     )  # fmt: skip
-    _send(producer, "t", first, futures)
-    _send(producer, "t", second, futures)
+    send_arrow_batch(producer, "t", first, futures)
+    send_arrow_batch(producer, "t", second, futures)
     producer.flush(timeout=10)
     for future in futures:
         future.result(timeout=0)

@@ -75,7 +75,7 @@ class FakeGateway:
 
     def send(self, handle: Replica, method: str, *args) -> int:
         assert method == "export_block"
-        start, end = args
+        start, end, _committed_only = args
         now = self.clock.now
         handle.busy_until = max(now, handle.busy_until) + self.cost_s
         ready = handle.busy_until

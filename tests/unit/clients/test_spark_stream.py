@@ -30,7 +30,7 @@ class FakeAdmin:
             for p, hw in enumerate(self.cluster.high_watermarks)
         ]
 
-    def list_group_offsets(self, group_id, partitions) -> dict:
+    def list_group_offsets(self, group_id, partitions, require_stable=False) -> dict:
         with self.cluster.lock:
             return {tp: self.cluster.committed[tp] for tp in partitions
                     if tp in self.cluster.committed}  # fmt: skip
