@@ -383,6 +383,11 @@ class PartitionReplica:
         return await self.transactions.write_marker(producer_id, producer_epoch, commit,
                                                     coordinator_epoch, timeout_ms)  # fmt: skip
 
+    async def describe_producers(self) -> tuple:
+        """The leader's producer state, for the admin tooling of transactions (see
+        ``replica_transactions``). Answers (errno, message, [row per producer])."""
+        return self.transactions.describe_producers()
+
     async def fetch(
         self, offset: int, max_bytes: int, min_bytes: int = 1, max_wait_ms: int = 500
     ) -> tuple:

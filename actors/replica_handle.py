@@ -18,9 +18,9 @@ from rafka.cluster.hosting import NO_HOST, host_name
 
 #: The replica methods a host serves (``ReplicaHost``'s per-replica methods).
 REPLICA_METHODS = frozenset({
-    "produce", "fetch", "fetch_committed", "write_marker", "replicate", "export_block",
-    "list_offset", "describe", "update_state", "confirm_replica_epoch", "maintain_now",
-    "close", "delete",
+    "produce", "fetch", "fetch_committed", "write_marker", "describe_producers", "replicate",
+    "export_block", "list_offset", "describe", "update_state", "confirm_replica_epoch",
+    "maintain_now", "close", "delete",
 })  # fmt: skip
 
 

@@ -296,6 +296,9 @@ class ReplicaHost:
     async def write_marker(self, topic_id: str, partition: int, *args) -> tuple:
         return await self._replica(topic_id, partition).write_marker(*args)
 
+    async def describe_producers(self, topic_id: str, partition: int) -> tuple:
+        return await self._replica(topic_id, partition).describe_producers()
+
     async def replicate(self, topic_id: str, partition: int, *args) -> tuple:
         return await self._replica(topic_id, partition).replicate(*args)
 

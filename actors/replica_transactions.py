@@ -14,6 +14,9 @@ write to this partition.
   confirm that the transaction is ongoing, with that producer id and epoch, and holds this
   partition; otherwise the write is refused with the coordinator's error. Once the first batch
   opened the transaction here, the producer state itself keeps the rest of it honest.
+- ``describe_producers``: the producer state of this partition as its leader holds it
+  (Kafka's DescribeProducers, for the admin tooling of KIP-664: finding hanging
+  transactions, and the producer id, epoch and coordinator epoch an admin abort names).
 
 Owned by one ``PartitionReplica`` and run on its event loop.
 """
@@ -82,6 +85,24 @@ class TransactionHandler:
         except RafkaError as e:
             return (e.errno, str(e), -1)
         return (0, "", info.first_offset)
+
+    def describe_producers(self) -> tuple:
+        """(errno, message, rows): one row per producer the leader's state holds, by producer
+        id: [producer id, epoch, last sequence (-1: none kept), last timestamp, coordinator
+        epoch of its last marker (-1: none), first offset of its open transaction (-1: none
+        open)]. Only the leader answers: a follower's state may lag its log's replay."""
+        r = self.replica
+        try:
+            r.require_leader()
+        except RafkaError as e:
+            return (e.errno, str(e), [])
+        rows = [
+            [producer_id, entry.epoch, entry.last_seq, entry.last_timestamp,
+             entry.coordinator_epoch,
+             -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset]
+            for producer_id, entry in sorted(r.log.producer_state.producers.items())
+        ]  # fmt: skip
+        return (0, "", rows)
 
     async def check_transactional(
         self, batches: list, transactional_id: str | None

@@ -1,6 +1,8 @@
 """Admin: topics, leadership, reassignments and cluster status, through the controller;
 consumer groups and their offsets through the group coordinators (``GroupAdmin``, in
-``rafka.clients.admin_groups``).
+``rafka.clients.admin_groups``); transactions and the producers of partitions through the
+transaction coordinators and partition leaders (``TransactionAdmin``, in
+``rafka.clients.admin_transactions``).
 
 Arguments are checked here before anything is sent (TypeError or ValueError saying what was
 wrong); the controller's answers are dicts, read with defaults for the fields an older
@@ -14,6 +16,7 @@ import uuid
 from typing import Any, Iterable, Mapping
 
 from rafka.clients.admin_groups import GroupAdmin
+from rafka.clients.admin_transactions import TransactionAdmin
 from rafka.errors import LeaderNotAvailable, RequestTimedOut, error_class
 from rafka.types import (
     BrokerDescription,
@@ -113,7 +116,7 @@ def check_assignment(assignment: Any) -> dict[int, list[int]]:
     return plan
 
 
-class Admin(GroupAdmin):
+class Admin(GroupAdmin, TransactionAdmin):
     def __init__(self, gateway, metadata) -> None:
         self._gateway = gateway
         self._metadata = metadata

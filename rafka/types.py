@@ -185,3 +185,60 @@ class GroupDescription(NamedTuple):
     @property
     def total_lag(self) -> int:
         return sum(o.lag or 0 for o in self.offsets)
+
+
+class TransactionListing(NamedTuple):
+    """One transactional id as ``Admin.list_transactions`` sees it. ``state`` is Kafka's name:
+    Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort or
+    PrepareEpochFence."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+class TransactionDescription(NamedTuple):
+    """A transactional id's record at its coordinator (``Admin.describe_transactions``): the
+    producer id and epoch its transaction writes with, its state, its timeout, the partitions
+    the transaction holds (TopicPartition, sorted; empty unless Ongoing or Prepare*), when the
+    current transaction began (``start_ms``, ms since the epoch; -1 when none runs) and when
+    the record last changed."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    partitions: list  # of TopicPartition
+    start_ms: int
+    last_update_ms: int
+
+
+class ProducerState(NamedTuple):
+    """A producer as a partition's leader knows it (``Admin.describe_producers``, Kafka's
+    DescribeProducers): its epoch there, the sequence of its last batch (-1: none kept), that
+    batch's timestamp, the coordinator epoch of the last marker it got (-1: none), and the
+    first offset of its open transaction in the partition (-1: none open)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int
+
+
+class HangingTransaction(NamedTuple):
+    """An open transaction in a partition that no coordinator will end
+    (``Admin.find_hanging_transactions``): the partition, the producer as its leader knows
+    it, and the first offset of the transaction there. It holds the partition's last stable
+    offset, so read_committed consumers wait at ``start_offset`` until
+    ``Admin.abort_transaction`` ends it."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    start_offset: int
+    last_timestamp: int

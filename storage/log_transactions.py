@@ -9,7 +9,10 @@ offsets, the directory and producer state.
   that aborts a transaction adds an entry to the ``.txnindex`` of the segment it is written
   to (transaction_index.py).
 - The last stable offset (LSO) is the first offset of the earliest open transaction when
-  that is below the high watermark, else the high watermark; never below the log start.
+  that is below the high watermark, else the high watermark; never below the log start. A
+  transaction ended by a marker that is not below the high watermark yet counts as open: a
+  new leader may not have that marker, find the transaction open again, and abort it
+  (Kafka's unreplicated transactions).
   ``log_start_offset <= last_stable_offset <= high_watermark <= log_end_offset`` holds
   because it is computed, in one place, from the other three and producer state.
 - On open and after a truncation, producer state is the newest snapshot at or below the
@@ -48,15 +51,27 @@ class LogTransactions:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
+    # (first offset, marker offset) of transactions ended by a marker that may not be
+    # replicated yet, in marker order; pruned as the high watermark passes their markers.
+    _unreplicated_txns: list[tuple[int, int]]
 
     @property
     def last_stable_offset(self) -> int:
-        """Offset below which every transaction has ended: what a read_committed consumer may
-        read up to. ``log_start_offset <= last_stable_offset <= high_watermark``."""
+        """Offset below which every transaction has ended, its marker replicated: what a
+        read_committed consumer may read up to. ``log_start_offset <= last_stable_offset <=
+        high_watermark``."""
+        high_watermark = self.high_watermark
+        unreplicated = self._unreplicated_txns
+        while unreplicated and unreplicated[0][1] < high_watermark:
+            unreplicated.pop(0)  # markers arrive in offset order: the oldest goes first
+        firsts = [first for first, _ in unreplicated]
         first_unstable = self.producer_state.first_unstable_offset()
-        if first_unstable is None or first_unstable >= self.high_watermark:
-            return self.high_watermark
-        return max(first_unstable, self.log_start_offset)
+        if first_unstable is not None:
+            firsts.append(first_unstable)
+        first = min(firsts, default=None)
+        if first is None or first >= high_watermark:
+            return high_watermark
+        return max(first, self.log_start_offset)
 
     def read_committed(
         self, offset: int, max_bytes: int
@@ -85,6 +100,8 @@ class LogTransactions:
     ) -> None:
         """Record a batch just written to ``segment`` (the active one)."""
         completed = self.producer_state.update(header, marker)
+        if completed is not None:
+            self._unreplicated_txns.append((completed.first_offset, completed.last_offset))
         if completed is not None and completed.is_aborted:
             if segment.txn_index.append(self._aborted_entry(completed)):
                 self.files.entry_created()
@@ -99,6 +116,7 @@ class LogTransactions:
         """Load the newest snapshot at or below the log end and replay the batches after it
         (with no snapshot, every batch the segments hold); then make the transaction indexes
         agree with the replay from where it began (see the module docstring) and sync them."""
+        self._unreplicated_txns = []
         start = self.producer_state.load_latest_snapshot(self.log_end_offset)
         if start is None:
             # Records below the log start that a segment still holds still tell which
@@ -113,6 +131,10 @@ class LogTransactions:
                 if header.is_control:
                     marker = marker_of(header, segment.read_at(position, header.size))
                 completed = self.producer_state.update(header, marker)
+                if completed is not None:
+                    # Replayed markers may be above the (checkpointed) high watermark.
+                    self._unreplicated_txns.append((completed.first_offset,
+                                                    completed.last_offset))  # fmt: skip
                 if completed is not None and completed.is_aborted:
                     aborted.setdefault(id(segment), []).append(self._aborted_entry(completed))
         created = False

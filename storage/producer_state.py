@@ -39,6 +39,7 @@ from typing import NamedTuple
 import msgpack
 
 from rafka.errors import (
+    ConcurrentTransactions,
     InvalidProducerEpoch,
     InvalidTxnState,
     OutOfOrderSequence,
@@ -146,6 +147,14 @@ class ProducerStateManager:
         """
         entry = self.producers.get(header.producer_id)
         if entry is None:
+            if header.is_transactional and not header.is_control and header.base_sequence:
+                # (Kafka 4, transaction version 2) a transaction's first batch here is at
+                # sequence 0: a later one must not open the transaction without it.
+                raise OutOfOrderSequence(
+                    f"producer {header.producer_id} opened a transaction here at sequence "
+                    f"{header.base_sequence}; its first batch (sequence 0) is missing: the "
+                    "transaction must abort"
+                )
             return None
         if header.is_control:
             self._check_marker(header, marker, entry)
@@ -162,6 +171,15 @@ class ProducerStateManager:
                 "commit or abort the transaction first, and send its records as part of it"
             )
         if header.producer_epoch > entry.epoch:
+            if header.is_transactional and entry.current_txn_first_offset is not None:
+                # The older epoch's transaction is still open here: its marker is on its
+                # way (or lost). This batch must not join it and take on its outcome.
+                raise ConcurrentTransactions(
+                    f"producer {header.producer_id} epoch {header.producer_epoch} began a "
+                    f"transaction while its epoch {entry.epoch} transaction, open here from "
+                    f"offset {entry.current_txn_first_offset}, has not been ended by its "
+                    "marker yet; retry shortly"
+                )
             if header.base_sequence != 0:
                 raise OutOfOrderSequence(
                     f"producer {header.producer_id} began epoch {header.producer_epoch} at "

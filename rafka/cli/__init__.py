@@ -4,8 +4,9 @@ This module holds the entry point (``main``, the console script ``rafka``): it b
 parser, runs the chosen handler with its output on ``args.out``, and maps errors to exit
 statuses. Each subcommand is declared by an ``add_<name>`` function in the module of its group
 (its arguments and its handler): ``cluster`` (up, status, down), ``topics``, ``groups``
-(consumer groups), ``produce``, ``consume`` and ``dump_log``; ``connect`` joins Ray and the
-services, ``arguments`` holds the argument types and ``output`` the shared text formatting.
+(consumer groups), ``transactions``, ``produce``, ``consume`` and ``dump_log``; ``connect``
+joins Ray and the services, ``arguments`` holds the argument types and ``output`` the shared
+text formatting.
 Handlers import what they need when they run, so ``rafka --help`` and the offline tools
 (dump-log) start without importing Ray; a handler returns the exit status.
 
@@ -30,6 +31,7 @@ from rafka.cli.dump_log import add_dump_log
 from rafka.cli.groups import add_groups
 from rafka.cli.produce import add_produce
 from rafka.cli.topics import add_topics
+from rafka.cli.transactions import add_transactions
 from rafka.errors import RafkaError
 
 __all__ = ["build_parser", "main"]
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_down(commands)
     add_topics(commands)
     add_groups(commands)
+    add_transactions(commands)
     add_produce(commands)
     add_consume(commands)
     add_dump_log(commands)

@@ -427,3 +427,42 @@ def test_a_read_committed_fetch_stops_at_the_lso_with_the_aborts_of_its_range(op
     assert (rb.next_offset(result.records), aborted) == (3, [])
     result, aborted = log.read_committed(3, 1 << 20)
     assert (len(result.records), aborted) == (0, [])
+
+
+# -- what a failover may take back ---------------------------------------------------------------
+
+
+def test_a_transaction_whose_marker_is_not_replicated_yet_still_holds_the_last_stable_offset(
+    open_log,
+):
+    """A marker above the high watermark may be truncated away by a new leader, which would
+    find the transaction open again: until the high watermark passes the marker, its
+    records stay unstable (Kafka's unreplicated transactions)."""
+    log = open_log()
+    log.append_as_leader(txn_batch([b"a", b"b"], pid=1, seq=0), leader_epoch=0)
+    committed_all(log)
+    at = write_marker(log, COMMIT, pid=1, epoch=1)
+    assert log.high_watermark == at  # the marker is not replicated yet
+    assert log.last_stable_offset == 0
+    log.update_high_watermark(at + 1)
+    assert log.last_stable_offset == at + 1
+
+
+def test_a_newer_epochs_transactional_batch_is_refused_while_an_older_epochs_is_open(open_log):
+    """The older transaction's marker has not arrived (it will, or the transaction hangs):
+    the newer epoch's batch must not join it and take on its outcome."""
+    from rafka.errors import ConcurrentTransactions
+
+    log = open_log()
+    log.append_as_leader(txn_batch([b"t1"], pid=1, seq=0, epoch=0), leader_epoch=0)
+    with pytest.raises(ConcurrentTransactions):
+        log.append_as_leader(txn_batch([b"t2"], pid=1, seq=0, epoch=1), leader_epoch=0)
+    assert log.producer_state.ongoing_transactions() == {1: 0}
+
+
+def test_a_transactional_first_batch_of_an_unknown_producer_must_start_at_sequence_0(open_log):
+    """A later batch of a transaction whose first batch was lost must not open it here."""
+    log = open_log()
+    with pytest.raises(OutOfOrderSequence):
+        log.append_as_leader(txn_batch([b"late"], pid=1, seq=3), leader_epoch=0)
+    log.append_as_leader(txn_batch([b"first"], pid=1, seq=0), leader_epoch=0)
