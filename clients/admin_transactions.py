@@ -30,8 +30,9 @@ transaction writes with that epoch from sequence 0, which the partition accepts.
 Before it writes, the abort checks with the leader that the producer has a transaction open
 there at exactly the epoch given, so an abort never bumps the epoch of a producer with no
 open transaction. The check and the write are two calls, yet nothing can slip between them:
-whatever ends that transaction meanwhile is a marker above its epoch, after which the admin's
-marker is refused (InvalidProducerEpoch), so it ends that transaction or nothing.
+whatever ends that transaction meanwhile is a marker above its epoch, after which the leader
+appends no marker of the admin's epoch (it refuses it, or answers it as one written already
+without appending it: either way the abort raises), so it ends that transaction or nothing.
 
 Arguments are checked before anything is sent (TypeError or ValueError saying what was
 wrong). Holds no state of its own: as thread-safe as ``_gateway`` and ``_metadata``.
@@ -324,9 +325,10 @@ class TransactionAdmin:
         its partitions loses its records there even if its producer then commits.
 
         Raises, changing nothing: InvalidTxnState when the producer has no transaction open
-        there, InvalidProducerEpoch when its epoch there is not ``producer_epoch`` (or the
-        transaction ended meanwhile), TransactionCoordinatorFenced when its markers carried
-        a larger coordinator epoch, UnknownTopicOrPartition, or the leader's error."""
+        there (or it ended meanwhile), InvalidProducerEpoch when its epoch there is not
+        ``producer_epoch`` (or the transaction ended meanwhile), TransactionCoordinatorFenced
+        when its markers carried a larger coordinator epoch, UnknownTopicOrPartition, or the
+        leader's error."""
         tp = TopicPartition(_topic(topic), _int(partition, "partition", 0))
         producer_id = _int(producer_id, "producer_id", 0)
         producer_epoch = _int(producer_epoch, "producer_epoch", 0)
@@ -358,11 +360,17 @@ class TransactionAdmin:
             )
         ref = self._gateway.send(leader, "write_marker", producer_id, producer_epoch + 1, False,
                                  coordinator_epoch, MARKER_TIMEOUT_MS)  # fmt: skip
-        errno, message, _ = self._gateway.get(
+        errno, message, offset = self._gateway.get(
             ref, MARKER_TIMEOUT_MS / 1000 + TIMEOUT_S, what=f"the leader of {where}"
         )
         if errno:
             raise error_class(errno)(
                 f"aborting the transaction of producer {producer_id} (epoch {producer_epoch}) "
                 f"in {where} was refused: {message}"
+            )
+        if offset < 0:  # a marker of that epoch was in already: nothing was appended
+            raise InvalidTxnState(
+                f"the transaction of producer {producer_id} in {where} ended before the "
+                "abort marker was written (its coordinator's marker came first); nothing "
+                "was written"
             )

@@ -454,6 +454,16 @@ def test_an_abort_that_loses_the_race_to_the_coordinators_marker_is_refused():
     assert leader.rows[1][1] == 4 and len(leader.markers) == 2
 
 
+def test_an_abort_answered_as_a_marker_written_already_raises_as_nothing_was_written():
+    """A leader may answer a marker of an epoch already in as done without appending it
+    (offset -1): the transaction ended before the abort, which says so."""
+    admin, _ = two_topics()
+    leader = admin._metadata.topics["orders"][1]
+    leader.write_marker = lambda *args: (0, "", -1)
+    with pytest.raises(InvalidTxnState, match="ended before the abort marker was written"):
+        admin.abort_transaction("orders", 1, 1, 3, -1)
+
+
 @pytest.mark.parametrize(
     "args, error, message",
     [(("orders", True, 1, 3, -1), TypeError, "partition must be an int"),
