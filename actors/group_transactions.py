@@ -9,15 +9,21 @@ import time
 
 from rafka.actors.transaction_verifier import TransactionVerifier
 from rafka.cluster.group_types import CommittedOffset
-from rafka.cluster.offsets_records import offset_key, offset_value, pending_offset_key
+from rafka.cluster.offsets_records import (
+    offset_key,
+    offset_value,
+    pending_offset_key,
+    pending_offset_value,
+)
 from rafka.cluster.topics import CONSUMER_OFFSETS
 from rafka.cluster.transactional_offsets import PendingOffsets
-from rafka.errors import RafkaError
+from rafka.errors import RafkaError, TransactionAbortable
 
 
 class GroupTransactionsMixin:
     """Part of ``GroupCoordinator`` (its fields: ``shard``, ``log``, ``namespace``,
-    ``_until_loaded``, ``_group``)."""
+    ``_until_loaded``, ``_group``). Commits and completions of transactions are serialized
+    (``_resolving``): a completion never runs between a commit's check and its write."""
 
     def _init_transactions(self) -> None:
         self.pending = PendingOffsets()
@@ -44,47 +50,55 @@ class GroupTransactionsMixin:
             (t, p): CommittedOffset(o, e, m or "", now) for (t, p), (o, e, m) in offsets.items()
         }
         outside = not member_id and generation < 0
-        try:
-            group = self._group(group_id, create=True)
-            group.check_commit(member_id, group_instance_id, generation, committed,
-                               outside_group=outside)  # fmt: skip
-            await self.log.write([
-                (pending_offset_key(group_id, t, p, producer_id),
-                 offset_value(c.offset, c.leader_epoch, c.metadata, c.commit_ms))
-                for (t, p), c in committed.items()
-            ])  # fmt: skip
-        except RafkaError as e:
-            return e
-        self.pending.add(producer_id, group_id, committed)
+        async with self._resolving:
+            if self.pending.ended(producer_id, epoch):
+                return TransactionAbortable(
+                    f"the transaction of producer {producer_id} epoch {epoch} has ended "
+                    "(it timed out, or was aborted) before its offsets were committed"
+                )
+            try:
+                group = self._group(group_id, create=True)
+                group.check_commit(member_id, group_instance_id, generation, committed,
+                                   outside_group=outside)  # fmt: skip
+                await self.log.write([
+                    (pending_offset_key(group_id, t, p, producer_id),
+                     pending_offset_value(c.offset, c.leader_epoch, c.metadata, c.commit_ms,
+                                          epoch))
+                    for (t, p), c in committed.items()
+                ])  # fmt: skip
+            except RafkaError as e:
+                return e
+            self.pending.add(producer_id, epoch, group_id, committed)
         return None
 
-    async def complete_transaction(self, producer_id: int, commit: bool) -> tuple:
-        """(errno, message): the producer's transaction ended (its coordinator's marker for
-        this shard's offsets partition). On commit its pending offsets become committed;
-        either way they stop being pending. Idempotent: a repeat finds nothing pending."""
+    async def complete_transaction(self, producer_id: int, marker_epoch: int,
+                                   commit: bool) -> tuple:  # fmt: skip
+        """(errno, message): the producer's transaction ended, its markers carrying
+        ``marker_epoch`` (its coordinator's marker for this shard's offsets partition). On
+        commit the offsets it wrote below that epoch become committed; either way they stop
+        being pending. A repeated or stale completion changes nothing."""
         await self._until_loaded()
         async with self._resolving:
-            pending = self.pending.of(producer_id)
-            if not pending:
-                return (0, "")
+            resolved = self.pending.to_resolve(producer_id, marker_epoch)
             records = []
             if commit:
                 records += [
                     (offset_key(g, t, p), offset_value(c.offset, c.leader_epoch, c.metadata,
                                                        c.commit_ms))
-                    for (g, (t, p)), c in pending.items()
+                    for (g, (t, p)), c in resolved.items()
                 ]  # fmt: skip
             records += [(pending_offset_key(g, t, p, producer_id), None)
-                        for (g, (t, p)) in pending]  # fmt: skip
-            try:
-                await self.log.write(records)
-            except RafkaError as e:
-                return (e.errno, str(e))
+                        for (g, (t, p)) in resolved]  # fmt: skip
+            if records:
+                try:
+                    await self.log.write(records)
+                except RafkaError as e:
+                    return (e.errno, str(e))
             if commit:
                 by_group: dict[str, dict] = {}
-                for (g, tp), c in pending.items():
+                for (g, tp), c in resolved.items():
                     by_group.setdefault(g, {})[tp] = c
                 for group_id, offsets in by_group.items():
                     self._group(group_id, create=True).commit(offsets)
-            self.pending.resolved(producer_id)
+            self.pending.resolved(producer_id, marker_epoch)
         return (0, "")

@@ -51,10 +51,10 @@ class Loaded:
             if value is None:
                 self.pending.remove(key.producer_id, key.group_id, tp)
             else:
-                self.pending.add(key.producer_id, key.group_id, {tp: CommittedOffset(
-                    value["offset"], value["leader_epoch"], value["metadata"],
-                    value["commit_ms"],
-                )})  # fmt: skip
+                self.pending.add(key.producer_id, value["producer_epoch"], key.group_id, {
+                    tp: CommittedOffset(value["offset"], value["leader_epoch"],
+                                        value["metadata"], value["commit_ms"])
+                })  # fmt: skip
 
     def group_ids(self) -> set[str]:
         return set(self.offsets) | set(self.metadata)

@@ -26,18 +26,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import ray
-
-from rafka.actors.placement import transaction_coordinator_name
-from rafka.cluster.topics import TRANSACTION_STATE
-from rafka.cluster.transaction_records import shard_of
-from rafka.errors import (
-    CoordinatorNotAvailable,
-    InvalidProducerEpoch,
-    InvalidRecord,
-    RafkaError,
-    error_class,
-)
+from rafka.actors.transaction_verifier import TransactionVerifier
+from rafka.errors import InvalidProducerEpoch, InvalidRecord, NotEnoughReplicas, RafkaError
 from rafka.storage import record_batch as rb
 
 if TYPE_CHECKING:
@@ -49,7 +39,7 @@ class TransactionHandler:
 
     def __init__(self, replica: PartitionReplica):
         self.replica = replica
-        self._shards: int | None = None  # partitions of __transaction_state, fixed once made
+        self.verifier = TransactionVerifier(replica.namespace, replica.controller.call)
 
     async def write_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -60,7 +50,22 @@ class TransactionHandler:
         appended = r.loop_ready()
         try:
             leader = r.require_leader()
+            min_isr = r.log.config.min_insync_replicas
+            if not leader.enough_in_sync(min_isr):
+                raise NotEnoughReplicas(
+                    f"{r.topic}-{r.partition} has {len(leader.isr)} in-sync replica(s), below "
+                    f"min.insync.replicas={min_isr}: the marker is not written; retrying"
+                )
             entry = r.log.producer_state.producers.get(producer_id)
+            if (entry is not None and producer_epoch == entry.epoch
+                    and entry.current_txn_first_offset is None):  # fmt: skip
+                # This marker was appended by an earlier attempt whose answer was lost (or
+                # that timed out waiting for the replicas): it is done once replicated.
+                if r.log.high_watermark < r.log.log_end_offset:
+                    await r.produce_handler.await_high_watermark(
+                        leader, r.log.log_end_offset, timeout_ms
+                    )
+                return (0, "", -1)
             if entry is not None and producer_epoch <= entry.epoch:
                 raise InvalidProducerEpoch(
                     f"a {'commit' if commit else 'abort'} marker of producer {producer_id} "
@@ -126,34 +131,22 @@ class TransactionHandler:
                     f"a transactional batch of producer {header.producer_id} came without "
                     "its transactional id; send it through a transactional producer"
                 )
-            error = await self._verify(transactional_id, header.producer_id,
-                                       header.producer_epoch)  # fmt: skip
+            error = await self.verifier.verify(transactional_id, header.producer_id,
+                                               header.producer_epoch, r.topic, r.partition)
             if error is not None:
-                return error
+                return retriable_verification(error)
         return None
 
-    async def _verify(self, transactional_id: str, producer_id: int, epoch: int):
-        r = self.replica
-        try:
-            if self._shards is None:
-                described = (await r.controller.call("metadata", [TRANSACTION_STATE], False))[
-                    TRANSACTION_STATE
-                ]
-                if not isinstance(described, dict):
-                    raise CoordinatorNotAvailable(
-                        f"{TRANSACTION_STATE} does not exist yet; retry"
-                    )
-                self._shards = len(described["partitions"])
-            name = transaction_coordinator_name(shard_of(transactional_id, self._shards))
-            coordinator = ray.get_actor(name, namespace=r.namespace)
-            errno, message = await coordinator.verify_partition.remote(
-                transactional_id, producer_id, epoch, r.topic, r.partition
-            )
-        except (ValueError, ray.exceptions.RayActorError) as e:
-            return CoordinatorNotAvailable(
-                f"the transaction coordinator of {transactional_id!r} could not be asked "
-                f"({e!r}); retry"
-            )
-        except RafkaError as e:
-            return e
-        return error_class(errno)(message) if errno else None
+
+def retriable_verification(error: RafkaError) -> RafkaError:
+    """A verification that could not be made (the coordinator loading, moving, or still
+    completing the previous transaction) refuses the write with a retriable error, as
+    Kafka's leader turns those answers into NOT_ENOUGH_REPLICAS; the coordinator's verdicts
+    (not in the transaction, fenced) are kept."""
+    if error.retriable:
+        wrapped = NotEnoughReplicas(
+            f"the transaction could not be verified yet ({error}); retrying"
+        )
+        wrapped.__cause__ = error
+        return wrapped
+    return error

@@ -31,7 +31,12 @@ from rafka.cluster import transaction_state as txn
 from rafka.cluster.settings import setting
 from rafka.cluster.transaction_records import encode_key, encode_value
 from rafka.cluster.transaction_state import TxnDecision, TxnMetadata, TxnState
-from rafka.errors import CoordinatorNotAvailable, RafkaError
+from rafka.errors import (
+    CoordinatorFenced,
+    CoordinatorLoadInProgress,
+    CoordinatorNotAvailable,
+    RafkaError,
+)
 
 #: How often the timers look whether a cleanup interval has passed, s.
 TICK_S = 0.5
@@ -198,8 +203,13 @@ class TransactionCoordinator:
 
                 await self._decide(transactional_id, finish)
                 return
-            except (RafkaError, ray.exceptions.RayActorError) as e:
-                self.logger.warning("%s: completing the %s failed (%s); retrying",
+            except CoordinatorFenced:
+                # A later incarnation owns the shard now and completes it.
+                self.logger.warning("%s: fenced; leaving the completion to the coordinator "
+                                    "that owns the shard now", transactional_id)  # fmt: skip
+                return
+            except Exception as e:  # noqa: BLE001 - retried until done or fenced
+                self.logger.warning("%s: completing the %s failed (%r); retrying",
                                     transactional_id, "commit" if markers.commit else "abort",
                                     e)  # fmt: skip
                 await asyncio.sleep(COMPLETION_RETRY_S)
@@ -235,7 +245,13 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int
     ) -> tuple:
         """(errno, message): may this producer write its transaction to the partition
-        (KIP-890's check by the partition leader before the first write)?"""
+        (KIP-890's check by the partition leader before the first write)? While the shard
+        loads the answer is CoordinatorLoadInProgress (retriable), never a verdict."""
+        if self._loaded is None or not self._loaded.is_set():
+            error = CoordinatorLoadInProgress(
+                f"transaction coordinator {self.shard} is loading; retry"
+            )
+            return (error.errno, str(error))
         error = txn.verify_partition(self.transactions.get(transactional_id), producer_id,
                                      epoch, (topic, partition))  # fmt: skip
         return (0, "") if error is None else (error.errno, str(error))

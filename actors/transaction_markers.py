@@ -90,7 +90,7 @@ class TransactionMarkers:
         try:
             coordinator = ray.get_actor(coordinator_name(shard), namespace=self.namespace)
             errno, message = await coordinator.complete_transaction.remote(
-                markers.producer_id, markers.commit
+                markers.producer_id, markers.producer_epoch, markers.commit
             )
         except (ValueError, ray.exceptions.RayActorError) as e:
             return CoordinatorNotAvailable(f"group coordinator {shard} is not reachable: {e!r}")

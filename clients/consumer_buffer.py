@@ -9,7 +9,9 @@ Invariants of a ``PartitionState``:
   ``decoded_from`` (the answer array and the byte position of the batch in it); that batch
   belongs to ``chunks[0]``. Records are decoded (and deserialized) one batch at a time, only
   as ``poll`` hands them out, so ``poll_columns`` can go back to the raw bytes of that batch.
-- Each entry of ``chunks`` is ``[answer bytes, byte position of the next batch to read]``.
+- Each entry of ``chunks`` is ``[answer bytes, byte position of the next batch to read,
+  offset after the answer's last batch]`` (the third may be missing: computed from the
+  bytes).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class PartitionState:
     def buffered(self) -> bool:
         """Whether records fetched but not yet handed out may remain (control batches and
         records below the position count until they are read past)."""
-        return bool(self.records) or any(pos < len(data) for data, pos in self.chunks)
+        return bool(self.records) or any(c[1] < len(c[0]) for c in self.chunks)
 
 
 class BufferReader:
@@ -104,9 +106,9 @@ class BufferReader:
         """Decode the next buffered batch of ``state`` into ``state.records``."""
         while state.chunks:
             chunk = state.chunks[0]
-            data, pos = chunk
+            data, pos = chunk[0], chunk[1]
             if pos >= len(data):
-                state.chunks.popleft()
+                _read_past(state, state.chunks.popleft())
                 continue
             # Thousands of new objects per batch and none of them cyclic: the cyclic GC would
             # only rescan them (and every buffered record) over and over, so it waits.
@@ -156,9 +158,9 @@ class BufferReader:
         taken = 0
         while taken < limit and state.chunks:
             chunk = state.chunks[0]
-            data, pos = chunk
+            data, pos = chunk[0], chunk[1]
             if pos >= len(data):
-                state.chunks.popleft()
+                _read_past(state, state.chunks.popleft())
                 continue
             header = rb.read_header(data, pos)
             chunk[1] = pos + header.size
@@ -193,3 +195,14 @@ class BufferReader:
             state.chunks[0][1] = pos
         else:
             state.chunks.appendleft([data, pos])
+
+
+def _read_past(state: PartitionState, chunk: list) -> None:
+    """A buffered answer was read to its end (every record of it handed out): the position
+    moves past its last batch, which may be a transaction marker or an aborted transaction's
+    batch that returns no record (Kafka's consumer does the same), so a read_committed
+    consumer's position reaches the last stable offset."""
+    data = chunk[0]
+    end = chunk[2] if len(chunk) > 2 else (rb.next_offset(data) if len(data) else None)
+    if end is not None and state.position is not None:
+        state.position = max(state.position, end)

@@ -186,12 +186,13 @@ class Fetcher:
         state.high_watermark = high_watermark
         state.log_start_offset = log_start
         if len(data):
-            state.fetch_offset = rb.next_offset(data)
+            end = state.fetch_offset = rb.next_offset(data)
             if committed:
                 _, aborted = committed
                 data = _committed_only(state, data, aborted)
-            if len(data):
-                state.chunks.append([data, 0])
+            # The answer's end travels with what is kept of it: the position moves past
+            # batches that return no record (markers, aborted ones) once it is read.
+            state.chunks.append([data, 0, end])
 
 
 def _committed_only(state: PartitionState, data, aborted: list):

@@ -162,7 +162,7 @@ class AnswersMixin:
     def _complete(self, batch: ProducerBatch, error: BaseException | None) -> None:
         batch.error = error
         if error is not None and self.on_failed_batch is not None:
-            self.on_failed_batch(error)  # a transaction's write failed: it must abort
+            self.on_failed_batch(batch, error)  # a transaction's write failed: it must abort
         # Callbacks run before the futures (and flush) see the batch done, as in Kafka: code
         # that counts acknowledgements in callbacks reads the count after flush().
         if batch.callbacks:

@@ -28,7 +28,7 @@ from rafka.clients import producer_batches
 from rafka.clients.metadata import SUSPECT_AFTER_S
 from rafka.clients.producer_accumulator import RecordAccumulator
 from rafka.clients.producer_answers import AnswersMixin
-from rafka.clients.producer_batches import PartitionQueue
+from rafka.clients.producer_batches import PartitionQueue, ProducerBatch
 from rafka.clients.producer_config import ProducerConfig
 from rafka.clients.producer_expiry import ExpiryMixin
 from rafka.clients.producer_idempotence import SendMode
@@ -78,7 +78,7 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
         self.passes = 0  # loop passes made (a count for tests and debugging)
         # A transactional producer's hook: a batch failed for good (any thread, lock held or
         # not). Its epoch belongs to the transaction coordinator: never bumped here.
-        self.on_failed_batch: Callable[[BaseException], None] | None = None
+        self.on_failed_batch: Callable[[ProducerBatch, BaseException], None] | None = None
         self._thread = threading.Thread(target=self._run, name="rafka-sender", daemon=True)
 
     def start(self) -> None:

@@ -18,6 +18,7 @@ import time
 from typing import Any, Iterator
 
 from rafka.clients.transaction_manager import TransactionState, TxnClientState
+from rafka.storage import record_batch as rb
 from rafka.cluster.topics import CONSUMER_OFFSETS
 from rafka.errors import (
     BrokerNotAvailable,
@@ -47,7 +48,14 @@ class TransactionalMixin:
         self._txn = TransactionState(config.transactional_id, config.transaction_timeout_ms)
         self._txn_lock = threading.Lock()
         self._coordinator = None
-        self._sender.on_failed_batch = self._txn.failed
+        self._sender.on_failed_batch = self._write_failed
+
+    def _write_failed(self, batch, error: BaseException) -> None:
+        """A batch failed for good (sender thread): its transaction must abort, unless the
+        batch belongs to an epoch already ended (a write that raced the end, refused)."""
+        txn = self._txn
+        if batch.producer_epoch in (txn.epoch, rb.NO_PRODUCER_EPOCH):
+            txn.failed(error)
 
     def _transactional(self) -> TransactionState:
         if self._txn is None:
@@ -93,9 +101,9 @@ class TransactionalMixin:
         with self._txn_lock:
             txn.check_can_commit()
             if txn.state is _S.IN_TRANSACTION:
-                self.flush(timeout)
-                txn.check_can_commit()  # a write may have failed meanwhile
-                txn.move(_S.COMMITTING)
+                txn.move(_S.COMMITTING)  # no send gets in from here (Kafka's beginCommit)
+            self.flush(timeout)  # again when retried: a timed-out flush left some out
+            txn.check_can_commit()  # a write may have failed meanwhile
             self._end(commit=True)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
@@ -140,23 +148,33 @@ class TransactionalMixin:
         group_id = group_metadata.group_id
         shard = self._gateway.call_controller("group_coordinator", group_id)["shard"]
         self._join_transaction(CONSUMER_OFFSETS, shard)
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        backoff = RETRY_BACKOFF_S
         with self._txn_lock:
             txn.check_can_send()
-            try:
-                coordinator = self._gateway.group_coordinator(group_id)
-                error = self._gateway.get(
-                    self._gateway.send(
-                        coordinator, "commit_offsets_in_transaction", txn.transactional_id,
-                        txn.producer_id, txn.epoch, group_id, group_metadata.member_id,
-                        group_metadata.group_instance_id, group_metadata.generation_id, wanted,
-                    ),
-                    self.config.max_block_ms / 1000, "the group coordinator",
-                )  # fmt: skip
-            except RafkaError as e:
-                error = e
-            if error is not None:
-                txn.failed(error)
-                raise error
+            while True:
+                try:
+                    coordinator = self._gateway.group_coordinator(group_id)
+                    error = self._gateway.get(
+                        self._gateway.send(
+                            coordinator, "commit_offsets_in_transaction",
+                            txn.transactional_id, txn.producer_id, txn.epoch, group_id,
+                            group_metadata.member_id, group_metadata.group_instance_id,
+                            group_metadata.generation_id, wanted,
+                        ),
+                        max(0.001, deadline - time.monotonic()), "the group coordinator",
+                    )  # fmt: skip
+                except RafkaError as e:
+                    error = e
+                if error is None:
+                    return
+                # A coordinator loading or moving, a verification not made yet: again.
+                if not error.retriable or time.monotonic() + backoff > deadline:
+                    break
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+            txn.failed(error)
+            raise error
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:

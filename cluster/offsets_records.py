@@ -11,9 +11,10 @@ with no value (a tombstone) deletes the key. Two kinds of key as in Kafka, and a
                             "session_timeout_ms", "rebalance_timeout_ms", "subscription",
                             "assignment"}, ...]}
     pending offset  key [4, group id, topic, partition, producer id]
-                    value as an offset commit's: committed inside a transaction of that
-                    producer and not visible until it ends (``transactional_offsets``);
-                    deleted (a tombstone) once it has
+                    value as an offset commit's, plus "producer_epoch" (the epoch that
+                    wrote it): committed inside a transaction of that producer and not
+                    visible until it ends (``transactional_offsets``); deleted (a
+                    tombstone) once it has
     epoch marker    key [3, shard]
                     value {"producer_id", "epoch", "token"}: written by each incarnation of
                     the shard's coordinator as it loads, to fence earlier ones
@@ -101,6 +102,14 @@ def offset_value(offset: int, leader_epoch: int, metadata: str, commit_ms: int) 
 
 def pending_offset_key(group_id: str, topic: str, partition: int, producer_id: int) -> bytes:
     return msgpack.packb([PENDING_OFFSET, group_id, topic, partition, producer_id])
+
+
+def pending_offset_value(offset: int, leader_epoch: int, metadata: str, commit_ms: int,
+                         producer_epoch: int) -> bytes:  # fmt: skip
+    return msgpack.packb(
+        {"offset": offset, "leader_epoch": leader_epoch, "metadata": metadata,
+         "commit_ms": commit_ms, "producer_epoch": producer_epoch}
+    )  # fmt: skip
 
 
 def group_key(group_id: str) -> bytes:
