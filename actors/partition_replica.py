@@ -431,13 +431,14 @@ class PartitionReplica:
             incarnation, cutoff,
         )  # fmt: skip
 
-    async def export_block(self, start: int, end: int) -> tuple:
+    async def export_block(self, start: int, end: int, committed_only: bool = False) -> tuple:
         """A Spark read's range: the committed records in [start, end) as one Arrow block
         that this process puts in the object store (so it is owned on this node). Any
-        replica whose high watermark has reached ``end`` can serve it. Answers (errno,
-        message, [object ref], rows); the ref is in a list so the caller receives the ref,
-        not the block."""
-        return await self.fetch_handler.export_block(start, end)
+        replica whose high watermark has reached ``end`` can serve it. ``committed_only``: a
+        read_committed read, up to the last stable offset, without aborted transactions'
+        records. Answers (errno, message, [object ref], rows); the ref is in a list so the
+        caller receives the ref, not the block."""
+        return await self.fetch_handler.export_block(start, end, committed_only)
 
     async def list_offset(self, timestamp: int, read_committed: bool = False) -> tuple:
         """(errno, message, offset, timestamp): EARLIEST (-2) gives the log start, LATEST (-1)
@@ -459,6 +460,7 @@ class PartitionReplica:
             "isr": list(self.leader.isr) if self.leader else list(self.state["isr"]),
             "role": "leader" if self.leader else ("follower" if self.checked_in else "starting"),
             "log_start_offset": log_.log_start_offset, "high_watermark": log_.high_watermark,
+            "last_stable_offset": log_.last_stable_offset,
             "log_end_offset": log_.log_end_offset, "size_bytes": log_.size_bytes,
             "segments": len(log_.segments), "pid": os.getpid(),
             "replica_epoch": self.replica_epoch,

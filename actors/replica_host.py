@@ -334,8 +334,9 @@ class ReplicaHost:
             error = KafkaStorageError(f"the leader could not read partition {partition}: {e!r}")
             return (error.errno, str(error), -1, -1, -1, -1, -1, EMPTY)
 
-    async def export_block(self, topic_id: str, partition: int, start: int, end: int) -> tuple:
-        return await self._replica(topic_id, partition).export_block(start, end)
+    async def export_block(self, topic_id: str, partition: int, start: int, end: int,
+                           committed_only: bool = False) -> tuple:  # fmt: skip
+        return await self._replica(topic_id, partition).export_block(start, end, committed_only)
 
     async def list_offset(self, topic_id: str, partition: int, timestamp: int,
                           read_committed: bool = False) -> tuple:  # fmt: skip
