@@ -104,23 +104,21 @@ class CoordinatorShards:
     async def _coordinator(self, shard: int):
         from rafka.actors.group_coordinator import GroupCoordinator
 
-        namespace = self.core.namespace
-        handle = ray.remote(GroupCoordinator).options(
-            name=coordinator_name(shard), namespace=namespace, get_if_exists=True,
-            lifetime="detached", max_restarts=-1, max_task_retries=0, max_concurrency=1000,
-            num_cpus=0,
-        ).remote(namespace, shard, self.core.settings)  # fmt: skip
-        await handle.ready.remote()
-        return handle
+        return await self._start(GroupCoordinator, coordinator_name(shard), shard)
 
     async def _transaction_coordinator(self, shard: int):
         from rafka.actors.transaction_coordinator import TransactionCoordinator
 
+        return await self._start(TransactionCoordinator, transaction_coordinator_name(shard),
+                                 shard)  # fmt: skip
+
+    async def _start(self, actor_class: type, name: str, shard: int):
+        """The coordinator actor ``name`` of ``shard`` (named, detached, restarted by Ray),
+        started if it does not run, once it has loaded its state."""
         namespace = self.core.namespace
-        handle = ray.remote(TransactionCoordinator).options(
-            name=transaction_coordinator_name(shard), namespace=namespace, get_if_exists=True,
-            lifetime="detached", max_restarts=-1, max_task_retries=0, max_concurrency=1000,
-            num_cpus=0,
+        handle = ray.remote(actor_class).options(
+            name=name, namespace=namespace, get_if_exists=True, lifetime="detached",
+            max_restarts=-1, max_task_retries=0, max_concurrency=1000, num_cpus=0,
         ).remote(namespace, shard, self.core.settings)  # fmt: skip
         await handle.ready.remote()
         return handle
