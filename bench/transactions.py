@@ -79,14 +79,15 @@ def latency_figures(seconds: list[float]) -> dict[str, float | int]:
 
 
 def summarise(rounds: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """``side.metric`` -> best (highest) and median over the rounds, for every number of
-    ``rounds`` (each a dict of side -> metric -> value); a side missing from a round is left
-    out of that round."""
+    """``side.metric`` -> best (highest) and median over the rounds, for every rate (a
+    metric named ``*_per_s``) of ``rounds`` (each a dict of side -> metric -> value); the
+    other figures stay in the rounds only. A side missing from a round is left out of it."""
     values: dict[str, list[float]] = {}
     for r in rounds:
         for side, figures in r.items():
             for metric, value in figures.items():
-                values.setdefault(f"{side}.{metric}", []).append(value)
+                if metric.endswith("_per_s"):
+                    values.setdefault(f"{side}.{metric}", []).append(value)
     return {key: {"best": max(v), "median": statistics.median(v)} for key, v in values.items()}
 
 
