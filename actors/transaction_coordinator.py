@@ -42,6 +42,9 @@ from rafka.errors import (
 TICK_S = 0.5
 #: Pause before a failed completion (markers or the Complete* record) is tried again, s.
 COMPLETION_RETRY_S = 0.5
+#: How long a call that needs the previous transaction completed waits for it here before
+#: it is answered ConcurrentTransactions (the client then retries), s.
+COMPLETION_WAIT_S = 1.0
 
 
 def _now_ms() -> int:
@@ -214,6 +217,18 @@ class TransactionCoordinator:
                                     e)  # fmt: skip
                 await asyncio.sleep(COMPLETION_RETRY_S)
 
+    async def _completed(self, transactional_id: str) -> None:
+        """Wait (up to COMPLETION_WAIT_S) for the id's previous transaction to complete:
+        a producer's next transaction begins right after its commit is answered, while the
+        markers are still being written, and would otherwise be answered
+        ConcurrentTransactions and sleep before it retries."""
+        running = self._completions.get(transactional_id)
+        if running is not None and not running.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(running), COMPLETION_WAIT_S)
+            except Exception:  # noqa: BLE001 - late or failed: answered ConcurrentTransactions
+                pass
+
     # -- the protocol --------------------------------------------------------------------------
 
     async def init_producer_id(
@@ -221,6 +236,7 @@ class TransactionCoordinator:
     ) -> tuple:
         """(errno, message, producer id, epoch): InitProducerId."""
         try:
+            await self._completed(transactional_id)
             await self._ensure_producer_id()
             answer = await self._decide(transactional_id, lambda current: txn.init_producer_id(
                 current, transactional_id, timeout_ms, _now_ms(), self._take_producer_id,
@@ -235,6 +251,7 @@ class TransactionCoordinator:
     ) -> tuple:
         """(errno, message): AddPartitionsToTxn of (topic, partition) pairs."""
         try:
+            await self._completed(transactional_id)
             await self._decide(transactional_id, lambda current: txn.add_partitions(
                 current, producer_id, epoch, [tuple(p) for p in partitions], _now_ms()))
             return (0, "")
