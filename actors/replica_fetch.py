@@ -235,7 +235,8 @@ class FetchHandler:
                 latest = log_.last_stable_offset if read_committed else log_.high_watermark
                 return (0, "", latest, -1)
             found = log_.offset_for_timestamp(timestamp)
-            if found is None or found[0] >= log_.high_watermark:
+            readable = log_.last_stable_offset if read_committed else log_.high_watermark
+            if found is None or found[0] >= readable:
                 return (0, "", -1, -1)
             return (0, "", found[0], found[1])
         except RafkaError as e:
