@@ -90,6 +90,7 @@ class TransactionalMixin:
         with self._txn_lock:
             txn.check_can_begin()
             txn.partitions.clear()
+            txn.started = False
             txn.move(_S.IN_TRANSACTION)
 
     def commit_transaction(self, timeout: float | None = None) -> None:
@@ -202,6 +203,7 @@ class TransactionalMixin:
             txn.check_can_send()
             if (topic, partition) in txn.partitions:
                 return
+            txn.started = True
             try:
                 self._call_coordinator("add_partitions", txn.transactional_id, txn.producer_id,
                                        txn.epoch, [[topic, partition]])  # fmt: skip
@@ -211,8 +213,14 @@ class TransactionalMixin:
             txn.partitions.add((topic, partition))
 
     def _end(self, commit: bool) -> None:
-        """EndTxn; the producer goes on with the epoch it answers. Lock held."""
+        """EndTxn; the producer goes on with the epoch it answers. A transaction that never
+        asked the coordinator to add anything ends here (the coordinator holds nothing of
+        it, and answers a commit of nothing InvalidTxnState). Lock held."""
         txn = self._txn
+        if not txn.started:
+            txn.partitions.clear()
+            txn.move(_S.READY)
+            return
         try:
             producer_id, epoch = self._call_coordinator(
                 "end_txn", txn.transactional_id, txn.producer_id, txn.epoch, commit

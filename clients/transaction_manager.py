@@ -67,6 +67,9 @@ class TransactionState:
         self.producer_id = -1
         self.epoch = -1
         self.partitions: set[tuple[str, int]] = set()
+        # Whether the coordinator was asked to add anything to the current transaction: a
+        # transaction that never asked ends without asking the coordinator (as Kafka's).
+        self.started = False
         self.error: RafkaError | None = None  # why ABORTABLE or FATAL
 
     def move(self, to: TxnClientState) -> None:

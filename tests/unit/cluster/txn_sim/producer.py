@@ -195,6 +195,7 @@ class Producer(Endpoint):
         txn, sim, cfg = self.txn, self.sim, self.cfg
         txn.check_can_begin()
         txn.partitions.clear()
+        txn.started = False
         txn.move(_S.IN_TRANSACTION)
         self.key = (txn.producer_id, txn.epoch)
         chosen = sim.rng.sample(range(len(sim.partitions)),
@@ -215,6 +216,7 @@ class Producer(Endpoint):
         p, rids, pipelined = self.plan[0]
         tp = (self.cfg.topic, p)
         if tp not in self.txn.partitions:
+            self.txn.started = True
             self._call("add", (self.tid, *self.key, [list(tp)]), lambda _: self._added(tp),
                        self._failed_and_step)  # fmt: skip
             if not pipelined:
@@ -228,6 +230,11 @@ class Producer(Endpoint):
         self._step()
 
     def _end(self, commit: bool) -> None:
+        if not self.txn.started:  # nothing was ever added: ended here, as the client does
+            self.txn.partitions.clear()
+            self.txn.move(_S.READY)
+            self._schedule_step(self.sim.uniform(*self.cfg.think_ms))
+            return
         self._call("end", (self.tid, *self.key, commit), lambda answer: self._ended(commit, answer),
                    lambda error: self._end_failed(commit, error))  # fmt: skip
 
