@@ -5,6 +5,7 @@ its output was sent, and a restart."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -15,6 +16,19 @@ from rafka.clients.spark_sink import TransactionalSink
 
 def _values(df) -> list[bytes]:
     return sorted(bytes(r.value) for r in df.select("value").collect())
+
+
+def _committed_values(spark, cluster, topic: str, expected: list[bytes]) -> list[bytes]:
+    """What a read_committed read of ``topic`` returns, read again (for up to 30 s) until it
+    is ``expected``: a commit is answered at its commit point, and its markers, which let
+    readers past it, follow. Never more than ``expected`` on the way."""
+    deadline = time.monotonic() + 30
+    while True:
+        seen = _values(rspark.read_topic(spark, cluster, topic, isolation_level="read_committed"))
+        if seen == expected or time.monotonic() > deadline:
+            return seen
+        assert set(seen) <= set(expected), seen
+        time.sleep(0.2)
 
 
 def test_a_read_committed_read_stops_at_the_open_transaction_and_drops_aborted_records(
@@ -36,16 +50,17 @@ def test_a_read_committed_read_stops_at_the_open_transaction_and_drops_aborted_r
         producer.send(topic, value=b"open", partition=0)
         producer.flush()
         plain.send(topic, value=b"after-open", partition=0).result(timeout=30)
-        committed = rspark.read_topic(spark, cluster, topic, isolation_level="read_committed")
-        assert _values(committed) == [b"committed-1", b"plain"]
+        assert _committed_values(spark, cluster, topic, [b"committed-1", b"plain"]) == [
+            b"committed-1", b"plain"
+        ]
         everything = rspark.read_topic(spark, cluster, topic,
                                        isolation_level="read_uncommitted")  # fmt: skip
         assert _values(everything) == sorted(
             [b"committed-1", b"aborted", b"plain", b"open", b"after-open"]
         )
         producer.commit_transaction()
-        committed = rspark.read_topic(spark, cluster, topic, isolation_level="read_committed")
-        assert _values(committed) == sorted([b"committed-1", b"plain", b"open", b"after-open"])
+        expected = sorted([b"committed-1", b"plain", b"open", b"after-open"])
+        assert _committed_values(spark, cluster, topic, expected) == expected
     finally:
         producer.close()
         plain.close()
@@ -105,8 +120,7 @@ def test_a_stream_to_a_topic_writes_each_output_once_across_a_failed_batch_and_a
         second.sink.close()
         first.sink.close()
     expected = sorted(b"out-in-%02d" % i for i in range(60))
-    committed = rspark.read_topic(spark, cluster, sink_topic, isolation_level="read_committed")
-    assert _values(committed) == expected
+    assert _committed_values(spark, cluster, sink_topic, expected) == expected
     everything = rspark.read_topic(spark, cluster, sink_topic,
                                    isolation_level="read_uncommitted")  # fmt: skip
     assert len(_values(everything)) == 60 + 20, "the dead run's batch was sent (and aborted)"

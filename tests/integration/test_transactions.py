@@ -23,7 +23,7 @@ def _id(prefix: str = "txn") -> str:
 
 
 def read_all(cluster, topics: list[str], isolation: str, expect: int | None = None,
-             wait_s: float = 3.0) -> list:  # fmt: skip
+             wait_s: float = 15.0) -> list:  # fmt: skip
     """Every record a fresh consumer of ``isolation`` reads from the start of ``topics``
     (waiting up to ``wait_s`` for ``expect`` records when given)."""
     consumer = cluster.consumer(isolation_level=isolation, auto_offset_reset="earliest",
