@@ -49,7 +49,7 @@ class ProduceHandler:
         """See ``PartitionReplica.produce``."""
         r = self.replica
         started = time.perf_counter()
-        appended = r.loop_ready()
+        r.loop_ready()
         if request_no >= 0:
             await self.order.wait_turn(client_id, request_no, timeout_ms)
         results = []
@@ -83,12 +83,7 @@ class ProduceHandler:
             finally:
                 if request_no >= 0:
                     await self.order.end_turn(client_id, request_no)
-            if r.log.log_end_offset > leader.log_end_offset:
-                r.set_high_watermark(leader.on_local_append(r.log.log_end_offset))
-                r.log.maybe_flush()
-                r.log_changed = True
-                async with appended:
-                    appended.notify_all()
+            await self.appended_locally(leader)
             if acks == -1 and r.log.high_watermark <= last_offset:
                 await self.await_high_watermark(leader, last_offset + 1, timeout_ms)
         except RafkaError as e:
@@ -96,6 +91,18 @@ class ProduceHandler:
             return (e.errno, str(e), -1, [])
         self._produced(records_in, bytes_in, acks, started)
         return (0, "", r.log.log_start_offset, results)
+
+    async def appended_locally(self, leader: LeaderState) -> None:
+        """After this leader's appends (records or a marker): the leader's end offset and
+        high watermark move, the flush policy runs, and long polls wake."""
+        r = self.replica
+        if r.log.log_end_offset > leader.log_end_offset:
+            r.set_high_watermark(leader.on_local_append(r.log.log_end_offset))
+            r.log.maybe_flush()
+            r.log_changed = True
+            appended = r.loop_ready()
+            async with appended:
+                appended.notify_all()
 
     def _produced(self, records: int, size: int, acks: int, started: float) -> None:
         """One produce call's metrics: what it appended (records, bytes) and how long it

@@ -47,7 +47,7 @@ class TransactionHandler:
     ) -> tuple:  # fmt: skip
         """(errno, message, offset of the marker)."""
         r = self.replica
-        appended = r.loop_ready()
+        r.loop_ready()
         try:
             leader = r.require_leader()
             min_isr = r.log.config.min_insync_replicas
@@ -78,11 +78,7 @@ class TransactionHandler:
                 coordinator_epoch=coordinator_epoch, timestamp=int(time.time() * 1000),
             )  # fmt: skip
             info = r.log.append_as_leader(marker, leader.leader_epoch, allow_control=True)
-            r.set_high_watermark(leader.on_local_append(r.log.log_end_offset))
-            r.log.maybe_flush()
-            r.log_changed = True
-            async with appended:
-                appended.notify_all()
+            await r.produce_handler.appended_locally(leader)
             if r.log.high_watermark <= info.last_offset:
                 await r.produce_handler.await_high_watermark(
                     leader, info.last_offset + 1, timeout_ms

@@ -134,6 +134,11 @@ class TransactionalMixin:
         txn = self._transactional()
         if isinstance(group_metadata, str):
             group_metadata = ConsumerGroupMetadata(group_metadata)
+        if not isinstance(group_metadata, ConsumerGroupMetadata) or not group_metadata.group_id:
+            raise TypeError(
+                f"group_metadata must be consumer.group_metadata() (or a group id), got "
+                f"{group_metadata!r}"
+            )
         wanted = {}
         for tp, value in dict(offsets).items():
             tp = TopicPartition(*tp)

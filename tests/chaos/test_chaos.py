@@ -4,13 +4,11 @@ checks)."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
+
+from tests.chaos.script_run import run_report
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "chaos_run.py")
 # The fault schedule is a function of the seed: RAFKA_CHAOS_SEED=N reruns another one.
@@ -24,27 +22,10 @@ def test_acknowledged_writes_survive_nodes_dying_and_coming_back(tmp_path, repli
     """Every acknowledged record is read back once, at its acknowledged offset, in its
     producer's order, the same in two reads, and no definitely failed write shows up; with
     every replica in its own process and with a disk's replicas packed in one."""
-    stdout, stderr = tmp_path / "chaos.out", tmp_path / "chaos.err"
-    command = [sys.executable, SCRIPT, "--seed", str(SEED), "--duration", str(DURATION_S),
-               "--data-dir", str(tmp_path / "data"),
-               "--replicas-per-actor", str(replicas_per_actor)]  # fmt: skip
-    # Its own process (the test session may hold a Ray connection) in its own session, so a
-    # run that hangs is stopped with every Ray process it started.
-    with open(stdout, "w") as out, open(stderr, "w") as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
-        try:
-            process.wait(timeout=DURATION_S + 300)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    lines = [line for line in stdout.read_text().splitlines() if line.startswith("REPORT ")]
-    logs = f"(logs: {stdout}, {stderr})"
-    assert lines, f"the chaos run printed no report, exit {process.returncode} {logs}\n" + (
-        stderr.read_text()[-3000:]
-    )
-    report = json.loads(lines[-1][len("REPORT "):])
-    print("\n" + report["summary"])
-    message = f"\n{report['summary']}\n{logs}"
+    args = ["--seed", str(SEED), "--duration", str(DURATION_S),
+            "--data-dir", str(tmp_path / "data"),
+            "--replicas-per-actor", str(replicas_per_actor)]  # fmt: skip
+    report, message = run_report(SCRIPT, args, tmp_path, "chaos", DURATION_S + 300)
     assert "error" not in report, message
     assert report["fault_error"] is None, message
     assert report["faults"], "no fault was injected" + message

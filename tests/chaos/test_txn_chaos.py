@@ -6,13 +6,11 @@ run and txn_checker.py for the checks)."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
+
+from tests.chaos.script_run import run_report
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "txn_chaos_run.py")
 # The fault schedule is a function of the seed: RAFKA_TXN_CHAOS_SEED=N reruns another one.
@@ -25,28 +23,10 @@ def test_transactions_stay_atomic_and_isolated_while_nodes_and_coordinators_die(
     """Every committed transaction is read whole and once, no failed one is read at all, a
     commit of unknown outcome is all or nothing, and each read_committed reader's offsets go
     up, while nodes, coordinators and leaders' host actors are killed under the writes."""
-    stdout, stderr = tmp_path / "txn-chaos.out", tmp_path / "txn-chaos.err"
-    command = [sys.executable, SCRIPT, "--seed", str(SEED), "--duration", str(DURATION_S),
-               "--data-dir", str(tmp_path / "data"),
-               "--dump", str(tmp_path / "history.json")]  # fmt: skip
-    # Its own process (the test session may hold a Ray connection) in its own session, so a
-    # run that hangs is stopped with every Ray process it started.
-    with open(stdout, "w") as out, open(stderr, "w") as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
-        try:
-            process.wait(timeout=DURATION_S + 420)
-        finally:
-            if process.poll() is None:  # past its time, or the test interrupted
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-    lines = [line for line in stdout.read_text().splitlines() if line.startswith("REPORT ")]
-    logs = f"(logs: {stdout}, {stderr}; history: {tmp_path / 'history.json'})"
-    assert lines, f"the run printed no report, exit {process.returncode} {logs}\n" + (
-        stderr.read_text()[-3000:]
-    )
-    report = json.loads(lines[-1][len("REPORT "):])
-    print("\n" + report["summary"])
-    message = f"\n{report['summary']}\n{logs}"
+    args = ["--seed", str(SEED), "--duration", str(DURATION_S),
+            "--data-dir", str(tmp_path / "data"), "--dump", str(tmp_path / "history.json")]
+    report, message = run_report(SCRIPT, args, tmp_path, "txn-chaos", DURATION_S + 420,
+                                 f"; history: {tmp_path / 'history.json'}")  # fmt: skip
     assert "error" not in report, message
     assert report["fault_error"] is None, message
     assert any(not f.get("skipped") for f in report["faults"]), "no fault was made" + message

@@ -97,3 +97,23 @@ def test_states_move_only_along_the_protocol():
     txn.move(S.READY)
     with pytest.raises(IllegalState):
         txn.move(S.COMMITTING)
+
+
+def test_offsets_sent_with_something_that_is_not_group_metadata_are_refused_before_any_call():
+    from types import SimpleNamespace
+
+    from rafka.clients.producer_transactions import TransactionalMixin
+
+    class Client(TransactionalMixin):
+        def __init__(self) -> None:
+            self.config = SimpleNamespace(transactional_id="etl", transaction_timeout_ms=60_000,
+                                          max_block_ms=1_000)  # fmt: skip
+            self._gateway = None  # any call to the cluster would fail on it
+            self._sender = SimpleNamespace(on_failed_batch=None)
+            self._init_transactional()
+
+    client = Client()
+    for bad in (None, 42, ""):
+        with pytest.raises(TypeError, match="group_metadata"):
+            client.send_offsets_to_transaction({("t", 0): 5}, bad)
+    assert client._txn.state is S.UNINITIALIZED
