@@ -22,6 +22,7 @@ the old process are lost, verifications it waited for are dropped.
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,7 @@ class AskingVerifier:
 class _Leader:
     leader_epoch = 0
     isr = (0,)
+    log_end_offset = -1  # below the log's: every append moves the high watermark
 
     def enough_in_sync(self, min_isr: int) -> bool:
         return True
@@ -84,14 +86,18 @@ class ReplicaShell:
 
     namespace = None
     controller = SimpleNamespace(call=None)
-    produce_handler = None  # never awaited: the high watermark is always the log end
-
     def __init__(self, topic: str, partition: int, log: Log) -> None:
+        from rafka.actors.replica_produce import ProduceHandler
+
         self.topic = topic
         self.partition = partition
         self.log = log
         self.log_changed = False
         self._leader = _Leader()
+        self.logger = logging.getLogger("rafka.txn_sim")
+        # The real one: a marker's append moves the offsets through it (it never waits here,
+        # the high watermark being the log end).
+        self.produce_handler = ProduceHandler(self)
 
     def loop_ready(self) -> _Appended:
         return _Appended()
