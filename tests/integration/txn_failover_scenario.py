@@ -125,14 +125,16 @@ def place_apart(
     may place it on any node; it is restarted (``ray.kill``, no_restart=False) until it
     runs apart from a candidate, at most MAX_MOVES times."""
     for moves in range(MAX_MOVES + 1):
-        node = whereabouts(ray, coordinator)["node_id"]
-        apart = [b for b in candidates if local.nodes[disk_of[b]].node_id != node]
+        before = whereabouts(ray, coordinator)
+        apart = [b for b in candidates if local.nodes[disk_of[b]].node_id != before["node_id"]]
         if apart:
             return apart[0], moves
+        # ray.kill returns before the process dies: until it has, the old process may still
+        # answer (and then drop a call sent next), so wait for a new pid, then for ready.
         ray.kill(coordinator, no_restart=False)
-        wait_for(lambda: _try(lambda: whereabouts(ray, coordinator)), 120,
+        wait_for(lambda: _try(lambda: whereabouts(ray, coordinator)["pid"] != before["pid"]
+                              and ray.get(coordinator.ready.remote(), timeout=30)), 120,
                  "the coordinator to run again")  # fmt: skip
-        ray.get(coordinator.ready.remote(), timeout=120)
     raise RuntimeError(f"the coordinator stayed on the node of brokers {candidates}")
 
 
