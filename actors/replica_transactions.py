@@ -10,10 +10,13 @@ write to this partition.
   it a late marker of one transaction could end the next one, which writes with the epoch
   that marker carries.)
 - ``check_transactional``: before a producer's transactional batch opens a transaction in
-  this partition (KIP-890's server-side defense), the producer's transaction coordinator must
-  confirm that the transaction is ongoing, with that producer id and epoch, and holds this
-  partition; otherwise the write is refused with the coordinator's error. Once the first batch
-  opened the transaction here, the producer state itself keeps the rest of it honest.
+  this partition, the leader adds the partition to the transaction at the producer's
+  coordinator (Kafka 4's transaction version 2: KIP-890's server-side defense with the add
+  made by the leader, not the producer). The coordinator adds it only to the transaction of
+  exactly that producer id and epoch, so a write of a transaction that has ended (its epoch
+  was bumped) is refused with the coordinator's error, and the coordinator always knows
+  every partition it must send markers to. Once the first batch opened the transaction
+  here, the producer state itself keeps the rest of it honest.
 - ``describe_producers``: the producer state of this partition as its leader holds it
   (Kafka's DescribeProducers, for the admin tooling of KIP-664: finding hanging
   transactions, and the producer id, epoch and coordinator epoch an admin abort names).
@@ -109,8 +112,10 @@ class TransactionHandler:
         self, batches: list, transactional_id: str | None
     ) -> RafkaError | None:
         """The error that refuses a transactional batch among ``batches`` opening a
-        transaction here that its coordinator does not confirm; None when all may go on."""
+        transaction here that its coordinator would not add this partition to; None when
+        all may go on (each such partition added, durably, at the coordinator)."""
         r = self.replica
+        added: set[tuple[int, int]] = set()
         for batch in batches:
             try:
                 header = rb.read_header(memoryview(batch).cast("B"), 0, check_codec=False)
@@ -122,26 +127,31 @@ class TransactionHandler:
             if (entry is not None and entry.current_txn_first_offset is not None
                     and entry.epoch == header.producer_epoch):  # fmt: skip
                 continue  # its transaction is open here already
+            if (header.producer_id, header.producer_epoch) in added:
+                continue
             if not transactional_id:
                 return InvalidRecord(
                     f"a transactional batch of producer {header.producer_id} came without "
                     "its transactional id; send it through a transactional producer"
                 )
-            error = await self.verifier.verify(transactional_id, header.producer_id,
-                                               header.producer_epoch, r.topic, r.partition)
+            error = await self.verifier.add_partition(
+                transactional_id, header.producer_id, header.producer_epoch, r.topic,
+                r.partition,
+            )  # fmt: skip
             if error is not None:
                 return retriable_verification(error)
+            added.add((header.producer_id, header.producer_epoch))
         return None
 
 
 def retriable_verification(error: RafkaError) -> RafkaError:
-    """A verification that could not be made (the coordinator loading, moving, or still
-    completing the previous transaction) refuses the write with a retriable error, as
-    Kafka's leader turns those answers into NOT_ENOUGH_REPLICAS; the coordinator's verdicts
-    (not in the transaction, fenced) are kept."""
+    """An add that could not be made (the coordinator loading, moving, or still completing
+    the previous transaction) refuses the write with a retriable error, as Kafka's leader
+    turns those answers into NOT_ENOUGH_REPLICAS; the coordinator's verdicts (an ended
+    transaction, fenced) are kept."""
     if error.retriable:
         wrapped = NotEnoughReplicas(
-            f"the transaction could not be verified yet ({error}); retrying"
+            f"the partition could not be added to the transaction yet ({error}); retrying"
         )
         wrapped.__cause__ = error
         return wrapped

@@ -6,8 +6,11 @@ calls are serialized by a lock of their own: a decision is taken on the id's cur
 metadata, its record is written (acks=all, ``TransactionLog``), and only then is the caller
 answered and the metadata replaced, so an answer never gets ahead of the log. A Prepare*
 record is the commit point: once it is durable the markers are written to every partition of
-the transaction (``TransactionMarkers``), and then the Complete* record. After a restart or a
-move the coordinator loads its partition and finishes every transaction it finds prepared.
+the transaction (``TransactionMarkers``), and then the transaction is complete (its Complete*
+record is written lazily: see ``_complete``). After a restart or a move the coordinator loads
+its partition and finishes every transaction it finds prepared. With transaction version 2
+the partitions' leaders add their partitions (``add_partitions``), and adds that wait at the
+same time are decided and written together (``transaction_adds``).
 
 Timers (Kafka's): every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``
 transactions past their timeout are aborted with an epoch bump; every
@@ -25,6 +28,7 @@ from typing import Any, Callable
 import ray
 
 from rafka.actors.logs import actor_logger, label_process_logs
+from rafka.actors.transaction_adds import WaitingAdd, WaitingAdds, partitions_of, resolve
 from rafka.actors.transaction_log import TransactionLog
 from rafka.actors.transaction_markers import TransactionMarkers
 from rafka.cluster import transaction_state as txn
@@ -40,7 +44,7 @@ from rafka.errors import (
 
 #: How often the timers look whether a cleanup interval has passed, s.
 TICK_S = 0.5
-#: Pause before a failed completion (markers or the Complete* record) is tried again, s.
+#: Pause before a failed completion (markers) is tried again, s.
 COMPLETION_RETRY_S = 0.5
 #: How long a call that needs the previous transaction completed waits for it here before
 #: it is answered ConcurrentTransactions (the client then retries), s.
@@ -49,6 +53,14 @@ COMPLETION_WAIT_S = 1.0
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _as_rafka_error(error: Exception) -> RafkaError:
+    """What a waiting add is answered when its decision failed: a RafkaError as it is, any
+    other failure as a retriable CoordinatorNotAvailable."""
+    if isinstance(error, RafkaError):
+        return error
+    return CoordinatorNotAvailable(f"the transaction coordinator failed to decide ({error!r}); retry")
 
 
 class TransactionCoordinator:
@@ -66,6 +78,9 @@ class TransactionCoordinator:
         self.transactions: dict[str, TxnMetadata] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._completions: dict[str, asyncio.Task] = {}
+        self._adds = WaitingAdds()  # adds waiting to be decided together
+        # Completions applied but not yet written (see _complete), by transactional id.
+        self._unpersisted: dict[str, TxnMetadata] = {}
         self._producer_ids: list[int] = []  # allocated by the controller, not yet handed out
         self._loaded: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
@@ -109,6 +124,7 @@ class TransactionCoordinator:
         last_abort = last_expiry = time.monotonic()
         while True:
             await asyncio.sleep(min(TICK_S, abort_every))
+            await self._persist_completions()
             now = time.monotonic()
             if now - last_abort >= abort_every:
                 last_abort = now
@@ -118,6 +134,21 @@ class TransactionCoordinator:
                 last_expiry = now
                 await self._for_each(lambda meta, now_ms: txn.expired(
                     meta, now_ms, self.expiration_ms), "expire")
+
+    async def _persist_completions(self) -> None:
+        """Write the Complete* records no later decision has superseded (see ``_complete``);
+        one that fails stays for the next tick."""
+        for transactional_id, meta in list(self._unpersisted.items()):
+            try:
+                await self._decide(transactional_id, lambda current, meta=meta: (
+                    TxnDecision(current) if current is meta else None))  # fmt: skip
+            except RafkaError as e:
+                self.logger.warning("%s: could not persist its completion: %s",
+                                    transactional_id, e)  # fmt: skip
+            if self._unpersisted.get(transactional_id) is not meta:
+                continue
+            if self.transactions.get(transactional_id) is not meta:
+                self._unpersisted.pop(transactional_id, None)  # replaced meanwhile
 
     async def _for_each(self, decide: Callable, what: str) -> None:
         """Apply a timer's decision to every id it concerns (a failure is logged; the next
@@ -145,10 +176,12 @@ class TransactionCoordinator:
         return lock
 
     async def _decide(
-        self, transactional_id: str, decide: Callable[[TxnMetadata | None], TxnDecision | None]
-    ) -> Any:
+        self, transactional_id: str, decide: Callable[[TxnMetadata | None], TxnDecision | None],
+        persist: bool = True,
+    ) -> Any:  # fmt: skip
         """Decide on the id's current metadata, persist what was decided, then answer (a
-        refusal raises). Markers decided are written in the background."""
+        refusal raises). Markers decided are written in the background. ``persist=False``
+        (a completion only) applies the metadata now and leaves its record for later."""
         if self._loaded is None or not self._loaded.is_set():
             raise CoordinatorNotAvailable(
                 f"transaction coordinator {self.shard} is still loading; retry"
@@ -161,7 +194,11 @@ class TransactionCoordinator:
                 raise decision.error
             meta = decision.metadata
             if meta is not None:
-                await self.log.write([(encode_key(transactional_id), encode_value(meta))])
+                if persist:
+                    await self.log.write([(encode_key(transactional_id), encode_value(meta))])
+                    self._unpersisted.pop(transactional_id, None)  # this record supersedes it
+                else:
+                    self._unpersisted[transactional_id] = meta
                 if meta.state == TxnState.DEAD:
                     self.transactions.pop(transactional_id, None)
                 else:
@@ -193,8 +230,15 @@ class TransactionCoordinator:
         self._completions[transactional_id] = task
 
     async def _complete(self, transactional_id: str, markers: txn.Markers) -> None:
-        """Write the markers to every partition, then the Complete* record; retried until
-        both are done (or a later decision has replaced this one)."""
+        """Write the markers to every partition, then complete the transaction; retried
+        until done (or a later decision has replaced this one).
+
+        The Complete* record is written later (``_persist_completions``), unless a record of
+        the id's next decision supersedes it first: the Prepare* record and the markers
+        already imply it (a coordinator that loads Prepare* writes the markers again, which
+        the partitions answer as written, and completes), and every record holds the id's
+        whole metadata. So a producer that goes straight on to its next transaction waits
+        for the markers, not for one more write, and costs one write fewer."""
         while True:
             try:
                 await self.markers.write(markers, self.log.fencing.epoch or 0)
@@ -204,7 +248,7 @@ class TransactionCoordinator:
                         return None  # completed already, or replaced
                     return TxnDecision(txn.complete(current, _now_ms()))
 
-                await self._decide(transactional_id, finish)
+                await self._decide(transactional_id, finish, persist=False)
                 return
             except CoordinatorFenced:
                 # A later incarnation owns the shard now and completes it.
@@ -249,14 +293,41 @@ class TransactionCoordinator:
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list
     ) -> tuple:
-        """(errno, message): AddPartitionsToTxn of (topic, partition) pairs."""
+        """(errno, message): AddPartitionsToTxn of (topic, partition) pairs, from the
+        producer (its offsets partition) or from a partition's leader before the
+        transaction's first write there. Answered once the partitions are in the log; adds
+        waiting together are decided together (``transaction_adds``)."""
+        mine = self._adds.join(transactional_id, (producer_id, epoch), partitions)
         try:
             await self._completed(transactional_id)
-            await self._decide(transactional_id, lambda current: txn.add_partitions(
-                current, producer_id, epoch, [tuple(p) for p in partitions], _now_ms()))
+            await asyncio.sleep(0)  # let adds that arrived with this one queue up
+            if not mine.done.done():
+                await self._decide_adds(transactional_id, mine)
+            await mine.done
             return (0, "")
         except RafkaError as e:
             return (e.errno, str(e))
+        finally:
+            self._adds.leave(transactional_id, mine)
+
+    async def _decide_adds(self, transactional_id: str, mine: WaitingAdd) -> None:
+        """Decide ``mine`` with every add of its identity waiting now, in one record."""
+        taken: list[WaitingAdd] = []
+
+        def decide(current: TxnMetadata | None) -> TxnDecision | None:
+            if mine.done.done():
+                return None  # an add that took the lock first decided this one too
+            taken.extend(self._adds.take(transactional_id, mine.identity))
+            return txn.add_partitions(current, *mine.identity, partitions_of(taken), _now_ms())
+
+        try:
+            await self._decide(transactional_id, decide)
+        except Exception as e:
+            if not taken:
+                raise _as_rafka_error(e) from e  # refused before deciding (still loading)
+            resolve(taken, _as_rafka_error(e))
+            return
+        resolve(taken, None)
 
     async def verify_partition(
         self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int

@@ -42,6 +42,10 @@ WRITE_DEADLINE_S = 30.0
 _DONE_ERRORS = (InvalidProducerEpoch, TransactionCoordinatorFenced, UnknownTopicOrPartition)
 
 
+class _StaleMetadata(CoordinatorNotAvailable):
+    """A kept description of a partition's topic may be out of date: ask again."""
+
+
 class TransactionMarkers:
     """Marker writes of one coordinator; ``controller_call(method, *args)`` reaches the
     controller (for the partitions' leaders)."""
@@ -52,6 +56,12 @@ class TransactionMarkers:
         self.namespace = namespace
         self.controller_call = controller_call
         self.logger = logger
+        # Each topic's description and each partition leader's handle, as last used: a
+        # producer's transactions usually go to the same partitions one after another. A
+        # partition whose write fails is looked up afresh (its leader may have moved; the
+        # replica itself refuses a marker when it does not lead).
+        self._described: dict[str, dict] = {}
+        self._leaders_seen: dict[tuple[str, int], object] = {}
 
     async def write(self, markers: Markers, coordinator_epoch: int) -> None:
         """Write ``markers`` to every partition of the transaction; raises
@@ -61,19 +71,26 @@ class TransactionMarkers:
         backoff = 0.05
         last_error: BaseException | None = None
         while pending:
-            leaders = await self._leaders(sorted({t for t, _ in pending
-                                                  if t != CONSUMER_OFFSETS}))  # fmt: skip
+            leaders, fresh = await self._leaders(sorted({t for t, _ in pending
+                                                         if t != CONSUMER_OFFSETS}))  # fmt: skip
             results = await asyncio.gather(
-                *(self._write_one(leaders, tp, markers, coordinator_epoch) for tp in pending),
+                *(self._write_one(leaders, tp, markers, coordinator_epoch, tp[0] in fresh)
+                  for tp in pending),
                 return_exceptions=True,
-            )
+            )  # fmt: skip
+            stale_only = True
             for tp, result in zip(list(pending), results):
                 if result is None:
                     pending.discard(tp)
-                else:
-                    last_error = result
+                    continue
+                self._described.pop(tp[0], None)
+                self._leaders_seen.pop(tp, None)
+                if not isinstance(result, _StaleMetadata):
+                    last_error, stale_only = result, False
             if not pending:
                 return
+            if stale_only:
+                continue  # look the partitions up afresh, at once
             if time.monotonic() + backoff > deadline:
                 raise CoordinatorNotAvailable(
                     f"the {'commit' if markers.commit else 'abort'} markers of producer "
@@ -96,33 +113,46 @@ class TransactionMarkers:
             return CoordinatorNotAvailable(f"group coordinator {shard} is not reachable: {e!r}")
         return error_class(errno)(message) if errno else None
 
-    async def _leaders(self, topics: list[str]) -> dict[str, dict | None]:
-        """Each topic's description (None when it no longer exists)."""
-        if not topics:
-            return {}
-        described = await self.controller_call("metadata", topics, False)
-        return {t: d if isinstance(d, dict) else None for t, d in described.items()}
+    async def _leaders(self, topics: list[str]) -> tuple[dict[str, dict | None], set[str]]:
+        """Each topic's description (None when it no longer exists), and the topics asked
+        of the controller just now (the others were described before and not failed since)."""
+        missing = [t for t in topics if t not in self._described]
+        described = {}
+        if missing:
+            described = await self.controller_call("metadata", missing, False)
+            for t, d in described.items():
+                if isinstance(d, dict):
+                    self._described[t] = d
+                else:
+                    self._described.pop(t, None)
+        return {t: self._described.get(t) for t in topics}, set(described)
 
     async def _write_one(
-        self, leaders: dict, tp: tuple[str, int], markers: Markers, coordinator_epoch: int
-    ) -> BaseException | None:
-        """None when the partition is done, else the error to retry on."""
+        self, leaders: dict, tp: tuple[str, int], markers: Markers, coordinator_epoch: int,
+        fresh: bool,
+    ) -> BaseException | None:  # fmt: skip
+        """None when the partition is done, else the error to retry on. A partition is
+        found to need no marker (its topic deleted, or re-created) only on a description
+        just asked for: a kept one answers _StaleMetadata instead."""
         topic, partition = tp
         if topic == CONSUMER_OFFSETS:
             return await self._end_offsets(partition, markers)
         described = leaders.get(topic)
-        if described is None:
+        if described is None or partition >= len(described["partitions"]):
+            if not fresh:
+                return _StaleMetadata(f"{topic}-{partition}: looking it up again")
             return None  # the topic was deleted: nothing of the transaction is left there
         partitions = described["partitions"]
-        if partition >= len(partitions):
-            return None
         p = partitions[partition]
         if p["leader"] == NO_LEADER:
             return CoordinatorNotAvailable(f"{topic}-{partition} has no leader right now")
-        replica = find_replica(described["topic_id"], partition, p["leader"], leader_host(p),
-                               self.namespace)  # fmt: skip
+        replica = self._leaders_seen.get(tp)
         if replica is None:
-            return CoordinatorNotAvailable(f"{topic}-{partition}'s leader is not running yet")
+            replica = find_replica(described["topic_id"], partition, p["leader"],
+                                   leader_host(p), self.namespace)  # fmt: skip
+            if replica is None:
+                return CoordinatorNotAvailable(f"{topic}-{partition}'s leader is not running yet")
+            self._leaders_seen[tp] = replica
         try:
             errno, message, _ = await replica.write_marker.remote(
                 markers.producer_id, markers.producer_epoch, markers.commit, coordinator_epoch,
@@ -133,6 +163,8 @@ class TransactionMarkers:
         if errno == 0:
             return None
         error = error_class(errno)(message)
+        if isinstance(error, UnknownTopicOrPartition) and not fresh:
+            return _StaleMetadata(f"{topic}-{partition}: {message}; looking it up again")
         if isinstance(error, _DONE_ERRORS):
             self.logger.info("%s-%d: marker not needed (%s)", topic, partition, message)
             return None

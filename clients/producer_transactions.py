@@ -2,12 +2,15 @@
 
 ``init_transactions`` gets the producer id and epoch of the transactional id from its
 transaction coordinator, which fences every older producer of that id and aborts what it
-left open. Each transaction then adds a partition to itself before its first record for it
-is queued (AddPartitionsToTxn, one coordinator call per new partition), writes with that
-identity, and ends with EndTxn once every write is done: the coordinator answers with the
-epoch bumped, and every partition goes on from sequence 0 under it. The coordinator's calls
-block the calling thread for at most ``max_block_ms`` (retriable answers are retried within
-it), as Kafka's do. The state and what an error makes of it: ``transaction_manager``.
+left open. Each transaction writes with that identity; the leader of each partition it
+writes to adds the partition to the transaction at the coordinator before appending its
+first batch (Kafka 4's transaction version 2), so ``send()`` never waits for the
+coordinator. Only the offsets partition of ``send_offsets_to_transaction`` is added by the
+producer itself. EndTxn ends the transaction once every write is done: the coordinator
+answers with the epoch bumped, and every partition goes on from sequence 0 under it. The
+coordinator's calls block the calling thread for at most ``max_block_ms`` (retriable
+answers are retried within it), as Kafka's do. The state and what an error makes of it:
+``transaction_manager``.
 """
 
 from __future__ import annotations
@@ -89,8 +92,7 @@ class TransactionalMixin:
         txn = self._transactional()
         with self._txn_lock:
             txn.check_can_begin()
-            txn.partitions.clear()
-            txn.started = False
+            txn.clear_partitions()
             txn.move(_S.IN_TRANSACTION)
 
     def commit_transaction(self, timeout: float | None = None) -> None:
@@ -153,7 +155,7 @@ class TransactionalMixin:
                                                 value.metadata)  # fmt: skip
         group_id = group_metadata.group_id
         shard = self._gateway.call_controller("group_coordinator", group_id)["shard"]
-        self._join_transaction(CONSUMER_OFFSETS, shard)
+        self._add_offsets_partition(shard)
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         backoff = RETRY_BACKOFF_S
         with self._txn_lock:
@@ -198,24 +200,37 @@ class TransactionalMixin:
     # -- inside ------------------------------------------------------------------------------
 
     def _join_transaction(self, topic: str, partition: int) -> None:
-        """Before a record for ``(topic, partition)`` is queued: the partition is in the
-        transaction (added at the coordinator on first use)."""
+        """Before a record for ``(topic, partition)`` is queued: the transaction may take
+        it. Nothing is asked here: the partition's leader adds the partition to the
+        transaction at the coordinator before it appends the first batch (transaction
+        version 2), so ``send()`` never waits for the coordinator."""
         txn = self._txn
         txn.check_can_send()
         if (topic, partition) in txn.partitions:
             return
         with self._txn_lock:
             txn.check_can_send()
-            if (topic, partition) in txn.partitions:
+            txn.started = True
+            txn.partitions.add((topic, partition))
+
+    def _add_offsets_partition(self, shard: int) -> None:
+        """Add the group's ``__consumer_offsets`` partition to the transaction at the
+        coordinator (AddOffsetsToTxn), before offsets are committed inside it: the group
+        coordinator, not a partition leader, takes those writes, and checks the add."""
+        txn = self._txn
+        tp = (CONSUMER_OFFSETS, shard)
+        with self._txn_lock:
+            txn.check_can_send()
+            if tp in txn.offsets_partitions:
                 return
             txn.started = True
             try:
                 self._call_coordinator("add_partitions", txn.transactional_id, txn.producer_id,
-                                       txn.epoch, [[topic, partition]])  # fmt: skip
+                                       txn.epoch, [list(tp)])  # fmt: skip
             except RafkaError as e:
                 txn.failed(e)
                 raise
-            txn.partitions.add((topic, partition))
+            txn.offsets_partitions.add(tp)
 
     def _end(self, commit: bool) -> None:
         """EndTxn; the producer goes on with the epoch it answers. A transaction that never
@@ -223,7 +238,7 @@ class TransactionalMixin:
         it, and answers a commit of nothing InvalidTxnState). Lock held."""
         txn = self._txn
         if not txn.started:
-            txn.partitions.clear()
+            txn.clear_partitions()
             txn.move(_S.READY)
             return
         try:
@@ -236,7 +251,7 @@ class TransactionalMixin:
             txn.failed(e)
             raise
         self._take_identity(producer_id, epoch)
-        txn.partitions.clear()
+        txn.clear_partitions()
         txn.move(_S.READY)
 
     def _take_identity(self, producer_id: int, epoch: int) -> None:

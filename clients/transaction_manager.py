@@ -66,11 +66,20 @@ class TransactionState:
         self.state = _S.UNINITIALIZED
         self.producer_id = -1
         self.epoch = -1
+        # The partitions the current transaction sent records to (their leaders add them
+        # at the coordinator) and the offsets partitions it added itself.
         self.partitions: set[tuple[str, int]] = set()
-        # Whether the coordinator was asked to add anything to the current transaction: a
-        # transaction that never asked ends without asking the coordinator (as Kafka's).
+        self.offsets_partitions: set[tuple[str, int]] = set()
+        # Whether anything of the current transaction may have reached the coordinator: a
+        # transaction that sent nothing ends without asking it (as Kafka's).
         self.started = False
         self.error: RafkaError | None = None  # why ABORTABLE or FATAL
+
+    def clear_partitions(self) -> None:
+        """A transaction ended or begins: it holds no partition yet."""
+        self.partitions.clear()
+        self.offsets_partitions.clear()
+        self.started = False
 
     def move(self, to: TxnClientState) -> None:
         if self.state not in _ENTERED_FROM[to]:

@@ -68,6 +68,30 @@ def test_a_commit_across_partitions_of_two_topics_is_read_whole(cluster, make_to
     assert values(read_all(cluster, [orders, audit], "read_uncommitted", 5)) == expected
 
 
+def test_the_partitions_written_are_added_by_their_leaders_not_by_send(cluster, make_topic):
+    """Transaction version 2: send() asks the coordinator nothing; each partition's leader
+    adds it to the transaction before appending the first batch, so once the records are
+    written the coordinator holds every partition the commit must mark."""
+    topic = make_topic(partitions=3)
+    transactional_id = _id()
+    admin = cluster.admin()
+    producer = cluster.producer(transactional_id=transactional_id, linger_ms=60_000)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for p in range(3):
+            producer.send(topic, value=b"v%d" % p, partition=p)  # held: linger
+        assert admin.describe_transactions([transactional_id])[transactional_id].state == "Empty"
+        producer.flush()
+        described = admin.describe_transactions([transactional_id])[transactional_id]
+        assert described.state == "Ongoing"
+        assert sorted(described.partitions) == [TopicPartition(topic, p) for p in range(3)]
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert values(read_all(cluster, [topic], "read_committed", 3)) == [b"v0", b"v1", b"v2"]
+
+
 def test_an_abort_is_invisible_to_read_committed_and_visible_to_read_uncommitted(
     cluster, make_topic
 ):
