@@ -30,12 +30,13 @@ from rafka.errors import CorruptRecord
 from rafka.storage import record_batch as rb
 from rafka.storage.index import OffsetIndex, TimeIndex
 from rafka.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from rafka.storage.transaction_index import ENTRY_SIZE, TXN_INDEX_SUFFIX, decode_entries
 
 Event = dict[str, Any]
 
-_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _WHAT_TO_PASS = (
-    "pass a segment file (<20-digit base offset>.log, .index or .timeindex) "
+    "pass a segment file (<20-digit base offset>.log, .index, .timeindex or .txnindex) "
     "or a partition directory"
 )
 _TIMESTAMP_TYPE_NAMES = {
@@ -137,6 +138,8 @@ def dump_targets(targets: Sequence[Target], options: DumpOptions) -> Iterator[Ev
             expected = yield from dump_segment(target, options, expected)
         elif target.suffix == INDEX_SUFFIX:
             yield from dump_offset_index(target)
+        elif target.suffix == TXN_INDEX_SUFFIX:
+            yield from dump_txn_index(target)
         else:
             yield from dump_time_index(target)
 
@@ -304,6 +307,25 @@ def dump_time_index(target: Target) -> Iterator[Event]:
             yield _problem(target, message)
         previous = timestamp, offset
     yield from _torn_entry(target, data, TimeIndex.entry.size)
+
+
+def dump_txn_index(target: Target) -> Iterator[Event]:
+    """Events for a .txnindex file: its aborted transactions, and a problem where the valid
+    entries end early (a torn entry, a CRC mismatch, or offsets that break the index's
+    order; the log cuts the file there when it opens the segment)."""
+    data = _read(target.path)
+    yield _file_event(target, len(data))
+    entries, valid = decode_entries(data, target.base_offset)
+    for txn in entries:
+        yield {"type": "aborted_txn", "producer_id": txn.producer_id,
+               "first_offset": txn.first_offset, "last_offset": txn.last_offset,
+               "last_stable_offset": txn.last_stable_offset}  # fmt: skip
+    if valid != len(data):
+        yield _problem(
+            target, f"entry {len(entries)} (byte {valid}) and the {len(data) - valid} bytes "
+            f"after it are not valid {ENTRY_SIZE}-byte entries (torn, a CRC mismatch, or a "
+            "last offset that does not increase); opening the log cuts them",
+        )  # fmt: skip
 
 
 def _read(path: str) -> bytes:

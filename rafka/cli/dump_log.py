@@ -14,17 +14,17 @@ def add_dump_log(commands: argparse._SubParsersAction) -> None:
         "dump-log",
         help="print and check segment files offline (like kafka-dump-log.sh)",
         description=(
-            "Print the batches of segment .log files (and the entries of .index and "
-            ".timeindex files), checking CRCs, the offset chain and the tail. Reads files "
-            "only; safe on a live data directory."
+            "Print the batches of segment .log files (and the entries of .index, "
+            ".timeindex and .txnindex files), checking CRCs, the offset chain and the tail. "
+            "Reads files only; safe on a live data directory."
         ),
     )
     parser.add_argument(
         "paths",
         nargs="+",
         metavar="PATH",
-        help="a segment file (<20-digit base offset>.log, .index or .timeindex) or a partition "
-        "directory (every .log in it, in offset order)",
+        help="a segment file (<20-digit base offset>.log, .index, .timeindex or .txnindex) or "
+        "a partition directory (every .log in it, in offset order)",
     )
     parser.add_argument(
         "--print-records", action="store_true", help="decode and print every record"

@@ -281,8 +281,43 @@ def test_bad_path_exits_2_with_a_one_line_message(partition, capsys, name, compl
     assert lines == []
     assert err.splitlines() == [
         f"rafka dump-log: {path}: {complaint}; pass a segment file (<20-digit base offset>.log, "
-        ".index or .timeindex) or a partition directory"
+        ".index, .timeindex or .txnindex) or a partition directory"
     ]
+
+
+def aborted_partition(tmp_path) -> str:
+    """A closed partition whose one segment holds a transaction of producer 9 (offsets 0-1)
+    and its ABORT marker (offset 2), so the segment has a .txnindex entry."""
+    directory = str(tmp_path / "audit-0")
+    log = Log(directory, LogConfig())
+    log.append_as_leader(rb.encode_batch(
+        [b"a", b"b"], timestamps=1000, producer_id=9, producer_epoch=0, base_sequence=0,
+        is_transactional=True,
+    ), leader_epoch=0)  # fmt: skip
+    marker = bytearray(rb.encode_control_batch(
+        rb.ControlType.ABORT, producer_id=9, producer_epoch=1, coordinator_epoch=0,
+        timestamp=2000,
+    ))  # fmt: skip
+    rb.set_base_offset(marker, log.log_end_offset)
+    log.append_as_follower(marker)
+    log.close()
+    return directory
+
+
+def test_a_transaction_index_prints_its_aborted_transactions(tmp_path, capsys):
+    txn_index = segment(aborted_partition(tmp_path), suffix=".txnindex")
+    status, lines, _ = dump(capsys, "--verify", txn_index)
+    assert status == 0
+    assert lines[1] == "producer_id: 9 first_offset: 0 last_offset: 2 last_stable_offset: 3"
+
+
+def test_a_torn_transaction_index_entry_is_a_problem(tmp_path, capsys):
+    txn_index = segment(aborted_partition(tmp_path), suffix=".txnindex")
+    with open(txn_index, "ab") as f:
+        f.write(b"\x00" * 10)  # a torn second entry
+    status, lines, _ = dump(capsys, "--verify", txn_index)
+    assert status == 1
+    assert any(line.startswith("PROBLEM:") and "entry 1 (byte 36)" in line for line in lines)
 
 
 def test_directory_without_segments_exits_2(tmp_path, capsys):
