@@ -58,17 +58,11 @@ class ProduceHandler:
         try:
             try:
                 pieces = split_batches(batches)
+                self._require_leader_in_sync(acks)  # before a transaction's partition is added
                 refused = await r.transactions.check_transactional(pieces, transactional_id)
                 if refused is not None:
                     raise refused
-                leader = r.require_leader()
-                min_isr = r.log.config.min_insync_replicas
-                if acks == -1 and not leader.enough_in_sync(min_isr):
-                    raise NotEnoughReplicas(
-                        f"{r.topic}-{r.partition} has {len(leader.isr)} in-sync "
-                        f"replica(s), below min.insync.replicas={min_isr}; wait for replicas "
-                        "to catch up or produce with acks=1"
-                    )
+                leader = self._require_leader_in_sync(acks)  # again: the add awaited
                 for batch in pieces:
                     try:
                         info = r.log.append_as_leader(batch, leader.leader_epoch)
@@ -91,6 +85,20 @@ class ProduceHandler:
             return (e.errno, str(e), -1, [])
         self._produced(records_in, bytes_in, acks, started)
         return (0, "", r.log.log_start_offset, results)
+
+    def _require_leader_in_sync(self, acks: int) -> LeaderState:
+        """This replica's leader state; NotLeaderOrFollower when it does not lead, and
+        NotEnoughReplicas for acks=all below min.insync.replicas."""
+        r = self.replica
+        leader = r.require_leader()
+        min_isr = r.log.config.min_insync_replicas
+        if acks == -1 and not leader.enough_in_sync(min_isr):
+            raise NotEnoughReplicas(
+                f"{r.topic}-{r.partition} has {len(leader.isr)} in-sync replica(s), below "
+                f"min.insync.replicas={min_isr}; wait for replicas to catch up or produce "
+                "with acks=1"
+            )
+        return leader
 
     async def appended_locally(self, leader: LeaderState) -> None:
         """After this leader's appends (records or a marker): the leader's end offset and

@@ -55,12 +55,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _as_rafka_error(error: Exception) -> RafkaError:
+def _as_rafka_error(error: BaseException) -> RafkaError:
     """What a waiting add is answered when its decision failed: a RafkaError as it is, any
-    other failure as a retriable CoordinatorNotAvailable."""
+    other failure (a cancellation too) as a retriable CoordinatorNotAvailable."""
     if isinstance(error, RafkaError):
         return error
-    return CoordinatorNotAvailable(f"the transaction coordinator failed to decide ({error!r}); retry")
+    return CoordinatorNotAvailable(
+        f"the transaction coordinator could not decide ({error!r}); retry"
+    )
 
 
 class TransactionCoordinator:
@@ -136,19 +138,21 @@ class TransactionCoordinator:
                     meta, now_ms, self.expiration_ms), "expire")
 
     async def _persist_completions(self) -> None:
-        """Write the Complete* records no later decision has superseded (see ``_complete``);
-        one that fails stays for the next tick."""
-        for transactional_id, meta in list(self._unpersisted.items()):
+        """Write the Complete* records no later decision has superseded (see ``_complete``),
+        all at once (the log writes them together); one that fails stays for the next tick."""
+
+        async def persist(transactional_id: str, meta: TxnMetadata) -> None:
             try:
-                await self._decide(transactional_id, lambda current, meta=meta: (
+                await self._decide(transactional_id, lambda current: (
                     TxnDecision(current) if current is meta else None))  # fmt: skip
             except RafkaError as e:
                 self.logger.warning("%s: could not persist its completion: %s",
                                     transactional_id, e)  # fmt: skip
-            if self._unpersisted.get(transactional_id) is not meta:
-                continue
-            if self.transactions.get(transactional_id) is not meta:
-                self._unpersisted.pop(transactional_id, None)  # replaced meanwhile
+                return
+            if self._unpersisted.get(transactional_id) is meta:
+                self._unpersisted.pop(transactional_id)  # no longer current: nothing to write
+
+        await asyncio.gather(*(persist(t, m) for t, m in list(self._unpersisted.items())))
 
     async def _for_each(self, decide: Callable, what: str) -> None:
         """Apply a timer's decision to every id it concerns (a failure is logged; the next
@@ -322,11 +326,14 @@ class TransactionCoordinator:
 
         try:
             await self._decide(transactional_id, decide)
-        except Exception as e:
-            if not taken:
-                raise _as_rafka_error(e) from e  # refused before deciding (still loading)
-            resolve(taken, _as_rafka_error(e))
-            return
+        except BaseException as e:
+            # Every other add taken is answered, whatever ended the decision (even a
+            # cancellation): they wait for this call, and nothing else would answer them.
+            error = _as_rafka_error(e)
+            resolve([a for a in taken if a is not mine], error)
+            if isinstance(e, Exception):
+                raise error from e
+            raise
         resolve(taken, None)
 
     async def verify_partition(

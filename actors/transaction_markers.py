@@ -61,7 +61,8 @@ class TransactionMarkers:
         # partition whose write fails is looked up afresh (its leader may have moved; the
         # replica itself refuses a marker when it does not lead).
         self._described: dict[str, dict] = {}
-        self._leaders_seen: dict[tuple[str, int], object] = {}
+        # (topic id, leader, host slot) -> that leader replica's handle, by partition
+        self._leaders_seen: dict[tuple[str, int], tuple[tuple, object]] = {}
 
     async def write(self, markers: Markers, coordinator_epoch: int) -> None:
         """Write ``markers`` to every partition of the transaction; raises
@@ -120,6 +121,8 @@ class TransactionMarkers:
         described = {}
         if missing:
             described = await self.controller_call("metadata", missing, False)
+            for tp in [tp for tp in self._leaders_seen if tp[0] in described]:
+                del self._leaders_seen[tp]  # found again below, against the new description
             for t, d in described.items():
                 if isinstance(d, dict):
                     self._described[t] = d
@@ -146,13 +149,14 @@ class TransactionMarkers:
         p = partitions[partition]
         if p["leader"] == NO_LEADER:
             return CoordinatorNotAvailable(f"{topic}-{partition} has no leader right now")
-        replica = self._leaders_seen.get(tp)
-        if replica is None:
+        where = (described["topic_id"], p["leader"], leader_host(p))
+        seen_where, replica = self._leaders_seen.get(tp, (None, None))
+        if seen_where != where:
             replica = find_replica(described["topic_id"], partition, p["leader"],
                                    leader_host(p), self.namespace)  # fmt: skip
             if replica is None:
                 return CoordinatorNotAvailable(f"{topic}-{partition}'s leader is not running yet")
-            self._leaders_seen[tp] = replica
+            self._leaders_seen[tp] = (where, replica)
         try:
             errno, message, _ = await replica.write_marker.remote(
                 markers.producer_id, markers.producer_epoch, markers.commit, coordinator_epoch,

@@ -146,7 +146,7 @@ def produce_transactional(cluster, topic: str, transactions: int, records: int, 
     return {
         "records_per_s": total / (ended - began),
         "transactions_per_s": transactions / (ended - began),
-        # begin_transaction() and the sends (AddPartitionsToTxn on each partition's first)
+        # begin_transaction() and the sends (send() queues only: the leaders add the partitions)
         "outside_commit_share": (ended - began - commit_s) / (ended - began),
         "init_transactions_ms": init_s * 1e3,
     }, commits  # fmt: skip

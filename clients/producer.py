@@ -177,12 +177,15 @@ class Producer(TransactionalMixin):
                 raise UnknownTopicOrPartition(
                     f"topic {topic!r} has partitions 0..{count - 1}, not {partition}"
                 )
+        def queue():
+            with self._lock:
+                return self._accumulator.append(
+                    topic, partition, value, key, headers, timestamp_ms, callback, size, sticky
+                )
+
         if self._txn is not None:
-            self._join_transaction(topic, partition)
-        with self._lock:
-            return self._accumulator.append(
-                topic, partition, value, key, headers, timestamp_ms, callback, size, sticky
-            )
+            return self._in_transaction(topic, partition, queue)
+        return queue()
 
     def _choose_partition(self, topic: str, key) -> int:
         count = len(self._metadata.topic(topic))
@@ -259,17 +262,22 @@ class Producer(TransactionalMixin):
                     if p is None:
                         with self._lock:
                             p = self._partitioner.partition(topic, None, len(meta))
+                    batch = ProducerBatch(topic, p, timestamp)
+                    batch.count = stop - start
+                    batch.size = int(row_sizes[start:stop].sum())
+                    batch.packed = (
+                        None if ks is None else ks.slice(start, stop).to_msgpack(),
+                        vals.slice(start, stop).to_msgpack(),
+                    )
+
+                    def queue(batch=batch):
+                        with self._lock:
+                            self._accumulator.add_sealed(batch)
+
                     if self._txn is not None:
-                        self._join_transaction(topic, p)
-                    with self._lock:
-                        batch = ProducerBatch(topic, p, timestamp)
-                        batch.count = stop - start
-                        batch.size = int(row_sizes[start:stop].sum())
-                        batch.packed = (
-                            None if ks is None else ks.slice(start, stop).to_msgpack(),
-                            vals.slice(start, stop).to_msgpack(),
-                        )
-                        self._accumulator.add_sealed(batch)
+                        self._in_transaction(topic, p, queue)
+                    else:
+                        queue()
                     batches.append(batch)
         except (IllegalState, RequestTimedOut) as e:
             if not batches:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from rafka.clients.transaction_manager import TransactionState, TxnClientState
 from rafka.storage import record_batch as rb
@@ -34,6 +34,7 @@ from rafka.errors import (
 from rafka.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 _S = TxnClientState
+_T = TypeVar("_T")
 #: First pause before a retriable coordinator answer is retried, s (doubled up to 1 s).
 RETRY_BACKOFF_S = 0.02
 
@@ -199,19 +200,34 @@ class TransactionalMixin:
 
     # -- inside ------------------------------------------------------------------------------
 
-    def _join_transaction(self, topic: str, partition: int) -> None:
-        """Before a record for ``(topic, partition)`` is queued: the transaction may take
-        it. Nothing is asked here: the partition's leader adds the partition to the
-        transaction at the coordinator before it appends the first batch (transaction
-        version 2), so ``send()`` never waits for the coordinator."""
+    def _in_transaction(self, topic: str, partition: int, queue: Callable[[], _T]) -> _T:
+        """Queue a record or batch of the current transaction with ``queue()``. The check
+        that a transaction is open, the queueing and the note that it sent to ``(topic,
+        partition)`` are one step that commit and abort wait for, so whatever is queued
+        belongs to the transaction that was open when it was checked, and is flushed before
+        its EndTxn (Kafka notes the partition after the append, under the same guard). A
+        ``queue()`` that fails leaves the transaction abortable, as Kafka's producer does.
+        Nothing is asked of the coordinator: each partition's leader adds its partition to
+        the transaction before appending the first batch (transaction version 2)."""
         txn = self._txn
-        txn.check_can_send()
-        if (topic, partition) in txn.partitions:
-            return
-        with self._txn_lock:
+        # A send from a callback runs on the sender thread, which a commit holding the lock
+        # waits for: it must not wait for the commit in turn.
+        if not self._txn_lock.acquire(blocking=not self._sender.is_current_thread()):
+            raise IllegalState(
+                "a send from a callback while the transaction is committing or aborting: it "
+                "would belong to no transaction; send it after the commit returns"
+            )
+        try:
             txn.check_can_send()
-            txn.started = True
-            txn.partitions.add((topic, partition))
+            try:
+                queued = queue()
+            except RafkaError as e:
+                txn.failed(e)
+                raise
+            txn.sent_to(topic, partition)
+            return queued
+        finally:
+            self._txn_lock.release()
 
     def _add_offsets_partition(self, shard: int) -> None:
         """Add the group's ``__consumer_offsets`` partition to the transaction at the

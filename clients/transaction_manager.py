@@ -75,6 +75,12 @@ class TransactionState:
         self.started = False
         self.error: RafkaError | None = None  # why ABORTABLE or FATAL
 
+    def sent_to(self, topic: str, partition: int) -> None:
+        """A record or batch of the current transaction was queued for ``(topic,
+        partition)``: its leader will add the partition, so EndTxn must be sent."""
+        self.started = True
+        self.partitions.add((topic, partition))
+
     def clear_partitions(self) -> None:
         """A transaction ended or begins: it holds no partition yet."""
         self.partitions.clear()
