@@ -1,28 +1,31 @@
 """rafka's transactions (Kafka 4, transaction version 2: the epoch bumped at every end,
-markers above the producer's epoch, KIP-890's verification of a transaction's first write in
-a partition) keep their invariants through hundreds of seeded, simulated runs of coordinator
-failovers (and zombie coordinators), lost, late and resent messages, failed and
-unacknowledged state writes, timeout aborts, producers that stall, die or are replaced, and
-partition leaders that restart or crash. The model, what it leaves out and the invariants are
-in ``tests/unit/cluster/txn_sim/`` (the package, ``checker`` for the invariants); replay one
+markers above the producer's epoch, and each partition's leader adding its partition to the
+transaction before the transaction's first write there, KIP-890) keep their invariants
+through hundreds of seeded, simulated runs of coordinator failovers (and zombie
+coordinators), lost, late and resent messages, failed and unacknowledged state writes,
+timeout aborts, producers that stall, die or are replaced, and partition leaders that
+restart or crash. The model, what it leaves out and the invariants are in
+``tests/unit/cluster/txn_sim/`` (the package, ``checker`` for the invariants); replay one
 seed with ``txn_sim.replay(N, verbose=True)``.
 
 What the runs showed:
 
-A. A coordinator still loading its shard that answers a partition leader's verification
-   from the empty map it holds refuses a live transaction as an unknown id
-   (InvalidProducerIdMapping), which the client takes as fatal: a failover fences a
-   producer alone on its transactional id. ``TransactionCoordinator.verify_partition`` must
-   answer CoordinatorLoadInProgress while it loads (retriable: the leader refuses the write
-   with NotEnoughReplicas and the client sends it again), as the model does by default;
-   ``verify_while_loading="from_empty_map"`` replays the other answer:
-   ``test_verifications_answered_from_the_empty_map_of_a_loading_coordinator_fence``.
+A. A coordinator still loading its shard that answers a partition leader from the empty
+   map it holds refuses a live transaction as an unknown id (InvalidProducerIdMapping),
+   which the client takes as fatal: a failover fences a producer alone on its
+   transactional id. (Found with the leader's verification of KIP-890 part 1; the leader's
+   add of part 2 asks the same coordinator at the same moment.) The coordinator must refuse
+   with a retriable error while it loads (the leader refuses the write with
+   NotEnoughReplicas and the client sends it again), as ``TransactionCoordinator._decide``
+   does (CoordinatorNotAvailable) and the model does by default;
+   ``add_while_loading="from_empty_map"`` replays the other answer:
+   ``test_adds_decided_on_the_empty_map_of_a_loading_coordinator_fence``.
 B. (fixed, the client) ``TransactionalMixin._end`` (clients/producer_transactions.py) made
    the EndTxn call even when the transaction added no partition; the coordinator answers a
    commit of nothing InvalidTxnState, which ``TransactionState.failed`` makes fatal, so
    committing an empty transaction (``with producer.transaction(): pass``, a stream's empty
    micro-batch) fenced the producer for good. Now, as Kafka's client, a transaction that
-   never asked the coordinator to add anything ends without asking it:
+   sent nothing ends without asking the coordinator:
    ``test_an_empty_commit_leaves_the_producer_alone_on_its_id_going`` (the simulation) and
    ``test_the_client_commits_an_empty_transaction_and_goes_on`` (the client itself).
 
@@ -33,8 +36,10 @@ InitProducerId that overtook the producer's later calls would fence its own tran
 other kind of request may overtake its channel
 (``test_resends_that_overtake_earlier_requests_keep_every_invariant``). The marker rule
 (above the producer's epoch) is what keeps a late copy of a marker out of the next
-transaction once resends may overtake, and the leader's verification what keeps a write sent
-before its partition was added out of it: the checker catches either broken.
+transaction once resends may overtake; the coordinator's add, made only to the transaction
+of exactly the writer's producer id and epoch, what keeps a late write of an ended
+transaction out of the next one; and the add's record, written before the leader appends,
+what brings every partition written its marker: the checker catches each of them broken.
 """
 
 from __future__ import annotations
@@ -59,16 +64,17 @@ SEEDS = 400
 BLOCK = 100
 EVENTS = 400
 #: Every kind of request may overtake an earlier one on its channel, but InitProducerId.
-OVERTAKING = frozenset({"add", "end", "produce", "verify", "write_marker"})
+OVERTAKING = frozenset({"add", "end", "produce", "write_marker"})
 #: What each sweep block must have gone through.
 SEEN = ("failover", "zombie_coordinator", "zombie_marker_arrived", "completions_after_load",
         "state_write_failed", "state_write_unacked", "timeout_abort", "producer_death",
         "producer_replaced", "producer_stall", "partition_restart", "partition_crash",
         "delayed_message", "lost_request", "lost_answer", "resend_batch", "resend_call",
-        "marker_resend", "duplicate_batches", "pipelined_writes", "producers_fenced",
-        "verify_refused_TransactionAbortable", "verify_refused_CoordinatorLoadInProgress",
-        "marker_retry_answered_done", "partition_forgot_producer", "answered_commit",
-        "answered_abort", "decided_commit", "decided_abort")  # fmt: skip
+        "marker_resend", "duplicate_batches", "producers_fenced", "leader_add_unanswered",
+        "leader_add_refused_TransactionAbortable", "leader_add_refused_ProducerFenced",
+        "leader_add_refused_ConcurrentTransactions", "adds_while_loading",
+        "adds_decided_together", "marker_retry_answered_done", "partition_forgot_producer",
+        "answered_commit", "answered_abort", "decided_commit", "decided_abort")  # fmt: skip
 
 
 def _sweep(seeds: range, directory, **config) -> Counter:
@@ -130,7 +136,7 @@ def test_producers_that_reach_the_last_epoch_move_to_new_producer_ids(tmp_path):
 
 
 def test_resends_that_overtake_earlier_requests_keep_every_invariant(tmp_path):
-    """Batches, AddPartitionsToTxn, EndTxn, verifications and markers may overtake earlier
+    """Batches, the leaders' AddPartitionsToTxn, EndTxn and markers may overtake earlier
     requests of their channel (Kafka's resends over a new connection): every invariant
     holds."""
     totals = _sweep(range(60), tmp_path, reorder=OVERTAKING)
@@ -150,12 +156,12 @@ def test_a_retried_init_producer_id_that_overtakes_later_calls_fences_its_produc
     print(failure.splitlines()[0])
 
 
-def test_verifications_answered_from_the_empty_map_of_a_loading_coordinator_fence(tmp_path):
-    """Bug A as it was: a verification answered during a coordinator's load, from the empty
-    map it held, refuses a live transaction as an unknown id, and the producer alone on its
-    id becomes fatal (InvalidProducerIdMapping)."""
-    found = _first_failure(range(100), tmp_path, verify_while_loading="from_empty_map")
-    assert found is not None, "no seed in 100 verified during a load"
+def test_adds_decided_on_the_empty_map_of_a_loading_coordinator_fence(tmp_path):
+    """Bug A: a leader's add decided during a coordinator's load, on the empty map it holds,
+    refuses a live transaction as an unknown id, and the producer alone on its id becomes
+    fatal (InvalidProducerIdMapping)."""
+    found = _first_failure(range(100), tmp_path, add_while_loading="from_empty_map")
+    assert found is not None, "no seed in 100 added a partition during a load"
     seed, failure = found
     assert _invariant(failure) == "fresh_fenced" and "InvalidProducerIdMapping" in failure
     _names_seed_event_invariant(seed, failure)
@@ -171,11 +177,18 @@ def test_an_empty_commit_leaves_the_producer_alone_on_its_id_going(tmp_path):
 
 class _CoordinatorGateway:
     """The client's gateway with the real coordinator decisions behind it (one id, every
-    decision applied at once, markers taken as written)."""
+    decision applied at once, markers taken as written). ``leader_adds`` stands for the
+    partition's leader, which adds the partition before the transaction's first batch."""
 
     def __init__(self) -> None:
         self.meta = None
         self.ids = iter(range(100, 200))
+
+    def leader_adds(self, producer_id: int, epoch: int, topic: str, partition: int) -> None:
+        decision = transaction_state.add_partitions(self.meta, producer_id, epoch,
+                                                    [(topic, partition)], 0)  # fmt: skip
+        assert decision.error is None, decision.error
+        self.meta = decision.metadata or self.meta
 
     def transaction_coordinator(self, transactional_id: str) -> str:
         return "coordinator"
@@ -210,24 +223,39 @@ class _TransactionalClient(TransactionalMixin):
                                       max_block_ms=1_000)  # fmt: skip
         self._gateway = _CoordinatorGateway()
         self._sender = SimpleNamespace(restart_epochs=lambda *_: None,
-                                       fail_unsent=lambda *_: None, on_failed_batch=None)
+                                       fail_unsent=lambda *_: None, on_failed_batch=None,
+                                       is_current_thread=lambda: False)  # fmt: skip
         self._init_transactional()
 
     def flush(self, timeout: float | None = None) -> None:
         pass
 
+    def queue_one(self, topic: str, partition: int) -> None:
+        """What ``send()`` does for the transaction, with nothing to queue."""
+        self._in_transaction(topic, partition, lambda: None)
+
+    def send_one(self, topic: str, partition: int) -> None:
+        """``queue_one``, and what the partition's leader does with the batch before
+        appending it."""
+        self.queue_one(topic, partition)
+        self._gateway.leader_adds(self.producer_id, self.producer_epoch, topic, partition)
+
 
 def test_the_client_fake_runs_a_transaction():
-    """The fake gateway answers as the coordinator: a transaction over one partition commits
-    and the producer goes on with the bumped epoch."""
+    """The fake gateway answers as the coordinator: a transaction over one partition, added
+    by its leader, commits and the producer goes on with the bumped epoch; the producer
+    itself asked the coordinator nothing before the commit."""
     client = _TransactionalClient()
     client.init_transactions()
     client.begin_transaction()
-    client._join_transaction("orders", 0)
+    before = client._gateway.meta
+    client.queue_one("orders", 0)
+    assert client._gateway.meta is before  # send() asks the coordinator nothing
+    client._gateway.leader_adds(client.producer_id, client.producer_epoch, "orders", 0)
     client.commit_transaction()
     assert (client.producer_id, client.producer_epoch) == (100, 1)
     client.begin_transaction()
-    client._join_transaction("orders", 1)
+    client.send_one("orders", 1)
     client.abort_transaction()
     assert client.producer_epoch == 2
 
@@ -242,7 +270,7 @@ def test_the_client_commits_an_empty_transaction_and_goes_on():
     client.begin_transaction()
     client.abort_transaction()
     client.begin_transaction()
-    client._join_transaction("orders", 0)
+    client.send_one("orders", 0)
     client.commit_transaction()
     assert (client.producer_id, client.producer_epoch) == (100, 1)
 
@@ -263,7 +291,7 @@ def test_a_seed_replays_identically(tmp_path):
 
 def test_the_printed_replay_reproduces_the_failure(tmp_path):
     """The ``txn_sim.replay(...)`` call a failure prints runs the same failure again."""
-    seed, failure = _first_failure(range(100), tmp_path, verify_while_loading="from_empty_map")
+    seed, failure = _first_failure(range(100), tmp_path, add_while_loading="from_empty_map")
     call = next(line for line in failure.splitlines() if line.startswith("replay: "))
     call = call.split("replay: ", 1)[1].replace("verbose=True", "verbose=False")
     with pytest.raises(AssertionError) as again:
@@ -314,15 +342,49 @@ def test_the_checker_catches_a_marker_rule_that_accepts_the_producers_epoch(monk
                      "stable_reads", "hanging"})  # fmt: skip
 
 
-def test_the_checker_catches_a_verification_that_accepts_any_partition(monkeypatch, tmp_path):
-    """A coordinator that confirms every write lets a write sent before its partition was
-    added (or after its transaction ended) open a transaction that no marker will end: some
-    seed among the first 100 leaves it hanging, or ends it with the next transaction."""
-    monkeypatch.setattr(transaction_state, "verify_partition",
-                        lambda current, producer_id, epoch, partition: None)  # fmt: skip
+def test_the_checker_catches_an_add_that_takes_an_ended_transactions_epoch(monkeypatch,
+                                                                         tmp_path):  # fmt: skip
+    """A coordinator that adds a partition for an earlier epoch of the producer id as if it
+    were the current one lets a late write of an ended transaction (a resend, a zombie's
+    batch) open a transaction at its old epoch in a partition that never saw the producer's
+    newer one, which the next transaction's marker ends with that transaction's outcome (or
+    begin the producer's next transaction before it asked, fencing its own retried EndTxn).
+    Some seed among the first 100 opens a transaction the coordinator does not hold, reads
+    such a write, or fences the producer alone on its id."""
+    right = transaction_state.add_partitions
+
+    def any_epoch(current, producer_id, epoch, partitions, now_ms):
+        if current is not None and current.producer_id == producer_id:
+            epoch = current.producer_epoch
+        return right(current, producer_id, epoch, partitions, now_ms)
+
+    monkeypatch.setattr(transaction_state, "add_partitions", any_epoch)
     found = _first_failure(range(100), tmp_path)
-    assert found is not None, "no seed in 100 caught the verification of any partition"
-    _caught(*found, {"hanging", "aborted_read", "uncommitted_read", "lost_write"})
+    assert found is not None, "no seed in 100 caught an add for an ended transaction's epoch"
+    _caught(*found, {"added", "aborted_read", "uncommitted_read", "lost_write", "hanging",
+                     "fresh_fenced"})  # fmt: skip
+
+
+def test_the_checker_catches_an_add_that_is_not_written(monkeypatch, tmp_path):
+    """A coordinator that answers an add to a transaction already Ongoing without writing
+    the partition into it lets the leader open a transaction that no marker will reach:
+    some seed among the first 100 appends to a partition the coordinator does not hold, and
+    would leave the transaction open there (hanging, or ended by a later transaction's
+    marker)."""
+    right = transaction_state.add_partitions
+
+    def first_partitions_only(current, producer_id, epoch, partitions, now_ms):
+        decision = right(current, producer_id, epoch, partitions, now_ms)
+        if (decision.error is None and current is not None
+                and current.state == transaction_state.TxnState.ONGOING):  # fmt: skip
+            return transaction_state.TxnDecision()  # answered, nothing written
+        return decision
+
+    monkeypatch.setattr(transaction_state, "add_partitions", first_partitions_only)
+    found = _first_failure(range(100), tmp_path)
+    assert found is not None, "no seed in 100 caught an add that is not written"
+    _caught(*found, {"added", "hanging", "torn_transaction", "lost_write", "aborted_read",
+                     "uncommitted_read"})  # fmt: skip
 
 
 def test_the_checker_catches_a_reader_that_keeps_aborted_batches(monkeypatch, tmp_path):

@@ -1,6 +1,7 @@
 """A seeded, deterministic simulation of rafka's transactions (Kafka 4, transaction version
-2: the epoch bumped at every transaction end, markers above the producer's epoch, the
-partition leader's verification of a transaction's first write, KIP-890).
+2: the epoch bumped at every transaction end, markers above the producer's epoch, and the
+partition's leader, not the producer, adding the partition to the transaction before the
+transaction's first write there, KIP-890).
 
 One ``random.Random(seed)`` drives, on a simulated clock, with no threads and without
 starting Ray:
@@ -11,7 +12,8 @@ starting Ray:
   incarnation reloads the records and completes what was decided), and an old incarnation
   may still deliver late markers;
 - 2-3 partitions (``partition``), each a real ``rafka.storage.log.Log`` in a directory of
-  its own, with the leader's marker rule and KIP-890 check run by the real
+  its own, with the leader's marker rule and its add of the partition before a
+  transaction's first batch run by the real
   ``rafka.actors.replica_transactions.TransactionHandler``;
 - 2-3 transactional ids (``producer``): one used by a single producer for the whole run,
   the others by producers that die, are replaced while they run (zombies) and follow one

@@ -5,7 +5,9 @@ The truth:
   state of the last Prepare* record of ``__transaction_state`` whose (producer id, epoch) is
   (that id, epoch + 1): the commit point. None while no such record landed;
 - every batch a leader appended (not a duplicate it answered with earlier offsets), every
-  marker it wrote, every answer a producer accepted.
+  marker it wrote, every answer a producer accepted;
+- what the coordinator holds durably: every (producer id, epoch, partition) an Ongoing
+  record of ``__transaction_state`` that landed names.
 
 Checked after every event, for every partition the event changed (appended to, marked,
 restarted; every partition when an outcome changes), by a read_committed reader that starts
@@ -31,6 +33,13 @@ reads. A partition no event changed reads the same, so it is not read again.
   (while the log remembers the producer: an idle one is forgotten at a segment roll after
   ``producer.id.expiration.ms``), in the records the coordinator heard land, nor in what a
   new incarnation loads;
+- ``added``: a leader opens a transaction in its partition (appends a batch of a producer
+  id and epoch with none open there) only if a landed Ongoing record of that producer id
+  and epoch names the partition, and only before that transaction's marker is written
+  there: the coordinator knows every partition a transaction wrote, so its markers reach
+  them all, and a late write of a transaction that has ended, its epoch bumped, is refused
+  even where the leader has forgotten the producer (either would leave a transaction open
+  that no marker ends);
 - ``marker``: a marker's type is the outcome of its transaction;
 - ``end_answer``: a producer told its commit succeeded has a committed transaction, for
   good; one told its abort succeeded, none committed;
@@ -88,6 +97,7 @@ class Checker:
         self.appended: list[list[Fact]] = [[] for _ in range(n)]
         self.at_offset: list[dict[int, Fact]] = [{} for _ in range(n)]
         self.commit_markers: list[dict[Key, int]] = [{} for _ in range(n)]
+        self.marked: list[set[Key]] = [set() for _ in range(n)]  # transactions ended there
         self.written: dict[int, tuple[int, int]] = {}  # record id -> (partition, offset)
         self.sent: dict[int, tuple[str, Key, int]] = {}  # record id -> (producer, key, p)
         self.answered: set[int] = set()  # record ids whose batch a producer saw acknowledged
@@ -95,6 +105,7 @@ class Checker:
         self.lso = [0] * n
         self.partition_epochs: list[dict[int, int]] = [{} for _ in range(n)]
         self.coordinator_epochs: dict[int, int] = {}
+        self.held: set[tuple[int, int, int]] = set()  # (producer id, epoch, partition)
         self.dirty: set[int] = set()
         self._decoded: list[dict[tuple[int, int], tuple[int, ...]]] = [{} for _ in range(n)]
 
@@ -105,6 +116,9 @@ class Checker:
         """A record of ``__transaction_state`` landed (``acked``: its writer heard so)."""
         if loaded != (None if meta.state == TxnState.DEAD else meta):
             raise InvariantViolation("codec", f"{tid}'s record {meta} reads back as {loaded}")
+        if meta.state == TxnState.ONGOING:
+            self.held.update((meta.producer_id, meta.producer_epoch, p)
+                             for _, p in meta.partitions)  # fmt: skip
         if acked:
             self._epoch_forward(meta, f"the coordinator wrote {tid}'s record")
             if meta.next_producer_id >= 0 or (meta.state == TxnState.EMPTY
@@ -128,7 +142,9 @@ class Checker:
         self.sim.stats["decided_commit" if commit else "decided_abort"] += 1
 
     def on_applied(self, coordinator: "Coordinator", tid: str, meta: TxnMetadata) -> None:
-        pass  # the acked record was checked as it landed
+        # An acked record was checked as it landed; a completion is applied before its
+        # record lands (if ever), and a zombie applies what it alone holds: nothing to judge.
+        pass
 
     def on_load(self, coordinator: "Coordinator") -> None:
         for tid, meta in sorted(coordinator.transactions.items()):
@@ -144,9 +160,21 @@ class Checker:
 
     # -- the partitions ------------------------------------------------------------------------
 
-    def on_append(self, p: int, offset: int, batch: bytes) -> None:
+    def on_append(self, p: int, offset: int, batch: bytes, opens: bool) -> None:
+        """A leader appended ``batch`` at ``offset``; ``opens``: no transaction of its
+        producer id and epoch was open in the partition before."""
         header = rb.read_header(batch)
         fact = Fact(offset, (header.producer_id, header.producer_epoch), _rids(batch, 0))
+        if opens:
+            if (*fact.key, p) not in self.held:
+                raise InvariantViolation("added", f"p{p} opened a transaction of {fact.key} "
+                                                  f"at {offset}, but no record of the "
+                                                  f"coordinator holds p{p} in it")  # fmt: skip
+            if fact.key in self.marked[p]:
+                raise InvariantViolation("added", f"p{p} opened a transaction of {fact.key} "
+                                                  f"at {offset}, after its marker was "
+                                                  f"written there")  # fmt: skip
+            self.sim.stats["transactions_opened"] += 1
         for rid in fact.rids:
             if rid in self.written:
                 raise InvariantViolation("exactly_once", f"record {rid} appended at p{p} "
@@ -164,6 +192,7 @@ class Checker:
             raise InvariantViolation("marker", f"p{p} wrote a {'COMMIT' if commit else 'ABORT'} "
                                                f"marker at {offset} for {key}, whose outcome is "
                                                f"{_outcome(outcome)}")  # fmt: skip
+        self.marked[p].add(key)
         if commit:
             self.commit_markers[p].setdefault(key, offset)
         self.dirty.add(p)

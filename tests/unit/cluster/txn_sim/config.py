@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: What a coordinator answers a partition leader's verification with while it loads its
-#: shard: ``"load_in_progress"`` (CoordinatorLoadInProgress, retriable: the actor as it is)
-#: or ``"from_empty_map"`` (a verdict from the empty map a loading actor holds: the actor
-#: before it waited for its load, which refuses live transactions as unknown ids).
-VERIFY_WHILE_LOADING = ("load_in_progress", "from_empty_map")
+#: What a coordinator answers a partition leader's add with while it loads its shard:
+#: ``"not_available"`` (CoordinatorNotAvailable, retriable: the actor as it is, whose
+#: ``_decide`` refuses every call until the load is done) or ``"from_empty_map"`` (a decision
+#: on the empty map a loading actor holds, which refuses live transactions as unknown ids).
+ADD_WHILE_LOADING = ("not_available", "from_empty_map")
 
-#: Message kinds, for ``TxnSimConfig.reorder``.
-KINDS = ("init", "add", "end", "produce", "verify", "write_marker")
+#: Message kinds, for ``TxnSimConfig.reorder`` ("add": a leader's AddPartitionsToTxn).
+KINDS = ("init", "add", "end", "produce", "write_marker")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class TxnSimConfig:
     expiration_ms: int = 12_000  # transactional.id.expiration.ms
     write_ms: tuple[int, int] = (1, 15)  # one __transaction_state write, acks=all
     load_ms: tuple[int, int] = (10, 250)  # a new incarnation reads its shard back
-    verify_while_loading: str = "load_in_progress"
+    add_while_loading: str = "not_available"
     #: Patches MAX_EPOCH of the decisions for the run (None: Java's Short.MAX_VALUE), so
     #: transactions reach the last epoch and move to new producer ids.
     max_epoch: int | None = None
@@ -49,10 +49,6 @@ class TxnSimConfig:
     backoff_ms: tuple[int, int] = (20, 120)
     think_ms: tuple[int, int] = (5, 80)  # between one transaction's end and the next begin
     commit_share: float = 0.75  # of transactions; the rest abort, but for deaths
-    #: Share of first writes to a partition sent together with its AddPartitionsToTxn rather
-    #: than after its answer (Kafka's clients before KIP-890 part 2): the leader's
-    #: verification alone keeps such a write out until the partition is added.
-    pipelined_share: float = 0.2
     #: Share of transactions that send nothing before they end. The producer makes the
     #: EndTxn call anyway, as ``TransactionalMixin._end`` does.
     empty_share: float = 0.0
@@ -76,7 +72,7 @@ class TxnSimConfig:
     segment_bytes: tuple[int, ...] = (512, 2_048, 1 << 30)  # drawn per seed
     #: The partitions' producer.id.expiration.ms: at each segment roll a leader forgets the
     #: producers idle that long with no transaction open, so a late write of an ended
-    #: transaction meets no epoch there and only the coordinator's verification stops it.
+    #: transaction meets no epoch there and only the coordinator's refusal of its add stops it.
     producer_expiration_ms: int = 1_500
     fetch_bytes: tuple[int, ...] = (600, 4_096, 1 << 20)  # drawn per seed
     #: Let the logs' fsyncs reach the disk (off: no crash here loses the page cache).
@@ -84,8 +80,8 @@ class TxnSimConfig:
     heal_limit_ms: int = 60_000
 
     def __post_init__(self) -> None:
-        if self.verify_while_loading not in VERIFY_WHILE_LOADING:
-            raise ValueError(f"verify_while_loading must be one of {VERIFY_WHILE_LOADING}")
+        if self.add_while_loading not in ADD_WHILE_LOADING:
+            raise ValueError(f"add_while_loading must be one of {ADD_WHILE_LOADING}")
         unknown = set(self.reorder) - set(KINDS)
         if unknown:
             raise ValueError(f"reorder: unknown kinds {sorted(unknown)}; known: {KINDS}")

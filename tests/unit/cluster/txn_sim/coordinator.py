@@ -14,16 +14,25 @@ decoded with the real ``rafka.cluster.transaction_records`` codec:
 - ``Completion``: the markers of a decided transaction to every partition of it (Kafka's
   WriteTxnMarkers, ``actors/transaction_markers.py``), resent after
   ``cfg.request_timeout_ms`` without an answer; a partition is done when the marker is
-  written or refused with one of the actor's own ``_DONE_ERRORS``. Then the Complete*
-  record (``finish``, as the actor's); a failed write starts the round again after the
-  actor's COMPLETION_RETRY_S; CoordinatorFenced stops it. InitProducerId and
-  AddPartitionsToTxn wait (up to the actor's COMPLETION_WAIT_S) for a completion under way.
+  written or refused with one of the actor's own ``_DONE_ERRORS``. Then the transaction is
+  complete (``finish``, as the actor's): applied at once, its Complete* record written
+  lazily by the next abort timer (the actor's ``_persist_completions``) unless a record of
+  the id's next decision supersedes it first; a coordinator that loads the Prepare* record
+  writes the markers again and completes. InitProducerId and AddPartitionsToTxn wait (up to
+  the actor's COMPLETION_WAIT_S) for a completion under way.
+- AddPartitionsToTxn (``on_add``) comes from the partitions' leaders, before a
+  transaction's first batch in their partition (transaction version 2; the producers send
+  none): the actor's ``add_partitions``. Adds waiting for the same id and producer identity
+  when one of them is decided are decided with it, in one record (the actor's
+  ``transaction_adds``), and each is answered once that record is written: a leader
+  appends only a batch whose partition the coordinator holds durably, so every partition
+  written gets its marker.
 - Timers: aborts of timed-out transactions every ``cfg.abort_check_ms``, expiry of idle ids
   every ``cfg.expire_check_ms``.
 - Failover: an incarnation dies and a new one (a higher coordinator epoch) loads the shard
   after ``cfg.load_ms``, then completes every transaction it finds in Prepare*. While it
-  loads, calls are refused CoordinatorNotAvailable and verifications are answered as
-  ``cfg.verify_while_loading`` says. A write in flight at the death lands or not. A zombie
+  loads, calls are refused CoordinatorNotAvailable, and adds are answered as
+  ``cfg.add_while_loading`` says. A write in flight at the death lands or not. A zombie
   (``cfg.zombie_share`` of the deaths) lives on for ``cfg.zombie_ms``: it keeps resending
   its markers, answers what still reaches it (requests sent before the failover) from what
   it holds, and every write it tries fails CoordinatorFenced, which ends its completions.
@@ -35,14 +44,14 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
-from rafka.actors.transaction_coordinator import COMPLETION_RETRY_S, COMPLETION_WAIT_S
+from rafka.actors.transaction_adds import partitions_of
+from rafka.actors.transaction_coordinator import COMPLETION_WAIT_S
 from rafka.actors.transaction_markers import _DONE_ERRORS
 from rafka.cluster import transaction_state as txn
 from rafka.cluster.transaction_records import decode, encode_key, encode_value
 from rafka.cluster.transaction_state import Markers, TxnDecision, TxnMetadata, TxnState
 from rafka.errors import (
     CoordinatorFenced,
-    CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     RafkaError,
     error_class,
@@ -53,7 +62,6 @@ if TYPE_CHECKING:
     from tests.unit.cluster.txn_sim.runner import TxnSimulation
 
 Done = Callable[[Any], None]  # gets the answer, or the RafkaError refusing the call
-COMPLETION_RETRY_MS = int(COMPLETION_RETRY_S * 1000)
 COMPLETION_WAIT_MS = int(COMPLETION_WAIT_S * 1000)
 
 
@@ -85,6 +93,24 @@ class TxnStateLog:
         return loaded
 
 
+class WaitingAdd:
+    """One add waiting for its decision (the actor's ``transaction_adds.WaitingAdd``):
+    answered by whichever decision takes it, once."""
+
+    __slots__ = ("identity", "partitions", "reply", "answered")
+
+    def __init__(self, identity: tuple[int, int], partitions: list, reply: Done) -> None:
+        self.identity = identity
+        self.partitions = frozenset((str(t), int(p)) for t, p in partitions)
+        self.reply = reply
+        self.answered = False
+
+    def answer(self, result: Any) -> None:
+        if not self.answered:
+            self.answered = True
+            self.reply(result)
+
+
 class Coordinator(Endpoint):
     """One incarnation of the coordinator (see the module docstring)."""
 
@@ -100,6 +126,9 @@ class Coordinator(Endpoint):
         self.transactions: dict[str, TxnMetadata] = {}
         self._queues: dict[str, deque] = {}
         self._writing: dict[str, tuple] = {}  # id -> (decision, done, label) being written
+        # Completions applied but not written yet (the actor's ``_unpersisted``), by id.
+        self._unpersisted: dict[str, TxnMetadata] = {}
+        self._adds: dict[str, list[WaitingAdd]] = {}  # by id, in the order they arrived
         self.completions: dict[str, Completion] = {}
         self._marker_requests: dict[int, Completion] = {}
 
@@ -144,6 +173,7 @@ class Coordinator(Endpoint):
                 self._land(transactional_id, decision.metadata, acked=False)
         self._writing.clear()
         self._queues.clear()
+        self._adds.clear()  # the calls waiting in the dead process are never answered
         if zombie_ms is None:
             self.up = False
             self.completions.clear()
@@ -165,21 +195,23 @@ class Coordinator(Endpoint):
     # -- deciding ------------------------------------------------------------------------------
 
     def _decide(self, transactional_id: str, decide: Callable, done: Done,
-                label: str | None = None) -> None:  # fmt: skip
+                label: str | None = None, persist: bool = True) -> None:  # fmt: skip
         """The actor's ``_decide``: queued behind the id's decision in progress. A zombie
         decides on what it holds, and a decision that needs a write fails CoordinatorFenced
-        (its log refuses it)."""
+        (its log refuses it). ``persist=False`` (a completion only): the metadata is
+        applied at once and its record left for ``_persist_completions``."""
         if not self.loaded:
             done(CoordinatorNotAvailable(f"{self} is still loading; retry"))
             return
-        self._queues.setdefault(transactional_id, deque()).append((decide, done, label))
+        self._queues.setdefault(transactional_id, deque()).append((decide, done, label,
+                                                                   persist))  # fmt: skip
         if transactional_id not in self._writing:
             self._next(transactional_id)
 
     def _next(self, transactional_id: str) -> None:
         queue = self._queues.get(transactional_id)
         while queue and self.up:
-            decide, done, label = queue.popleft()
+            decide, done, label, persist = queue.popleft()
             try:
                 decision = decide(self.transactions.get(transactional_id))
             except RafkaError as e:  # a decision refused by the transition check
@@ -192,6 +224,11 @@ class Coordinator(Endpoint):
                 done(decision.error)
                 continue
             if decision.metadata is None:
+                done(decision.answer)
+                continue
+            if not persist:
+                self._unpersisted[transactional_id] = decision.metadata
+                self._apply(transactional_id, decision.metadata)
                 done(decision.answer)
                 continue
             if self.zombie:
@@ -220,11 +257,8 @@ class Coordinator(Endpoint):
         else:
             meta = decision.metadata
             self._land(transactional_id, meta, acked=True)
-            if meta.state == TxnState.DEAD:
-                self.transactions.pop(transactional_id, None)
-            else:
-                self.transactions[transactional_id] = meta
-            sim.checker.on_applied(self, transactional_id, meta)
+            self._unpersisted.pop(transactional_id, None)  # this record supersedes it
+            self._apply(transactional_id, meta)
             if label is not None:
                 sim.faults[label] += 1
                 sim.note(f"{self}: {label.replace('_', ' ')} of {transactional_id}")
@@ -233,19 +267,26 @@ class Coordinator(Endpoint):
             done(decision.answer)
         self._next(transactional_id)
 
+    def _apply(self, transactional_id: str, meta: TxnMetadata) -> None:
+        if meta.state == TxnState.DEAD:
+            self.transactions.pop(transactional_id, None)
+        else:
+            self.transactions[transactional_id] = meta
+        self.sim.checker.on_applied(self, transactional_id, meta)
+
     def _land(self, transactional_id: str, meta: TxnMetadata, acked: bool) -> None:
         loaded = self.sim.txn_log.append(transactional_id, meta, acked)
         self.sim.checker.on_landed(transactional_id, meta, loaded, acked)
 
     # -- the protocol (answers are (errno, message, *answer), as the actor's) -------------------
 
-    def _answer(self, producer: Endpoint, req: int, width: int) -> Done:
+    def _answer(self, caller: Endpoint, req: int, width: int) -> Done:
         def done(result: Any) -> None:
             if isinstance(result, RafkaError):
                 answer = (result.errno, str(result), *([-1] * width))
             else:
                 answer = (0, "", *(tuple(result) if width else ()))
-            self.sim.network.reply(self, producer, "coordinator_answer", req, answer)
+            self.sim.network.reply(self, caller, "coordinator_answer", req, answer)
 
         return done
 
@@ -274,13 +315,60 @@ class Coordinator(Endpoint):
                                  sim.allocate_producer_id, self.cfg.max_timeout_ms, None)
         ), self._answer(producer, req, 2)))  # fmt: skip
 
-    def on_add(self, producer: Endpoint, req: int, tid: str, producer_id: int, epoch: int,
+    def on_add(self, leader: Endpoint, req: int, tid: str, producer_id: int, epoch: int,
                partitions: list) -> None:  # fmt: skip
+        """A leader's AddPartitionsToTxn (the actor's ``add_partitions``): after the id's
+        completion under way, decided with the adds of the same identity waiting then."""
+        done = self._answer(leader, req, 0)
+        if not self.loaded:
+            self.sim.stats["adds_while_loading"] += 1
+            if self.cfg.add_while_loading == "from_empty_map":
+                done(txn.add_partitions(None, producer_id, epoch, [tuple(p) for p in partitions],
+                                        self.sim.scheduler.now).error)  # fmt: skip
+                return
+        mine = WaitingAdd((producer_id, epoch), partitions, done)
+        self._adds.setdefault(tid, []).append(mine)
+        self._after_completion(tid, lambda: self._decide_adds(tid, mine))
+
+    def _decide_adds(self, tid: str, mine: WaitingAdd) -> None:
+        """The actor's ``_decide_adds``: once ``mine`` holds the id's lock, every add of its
+        identity waiting then is decided in one decision, and answered with its outcome."""
+        if mine.answered:
+            return  # an earlier decision took it
         sim = self.sim
-        self._after_completion(tid, lambda: self._decide(tid, lambda current: (
-            txn.add_partitions(current, producer_id, epoch, [tuple(p) for p in partitions],
-                               sim.scheduler.now)
-        ), self._answer(producer, req, 0)))  # fmt: skip
+        taken: list[WaitingAdd] = []
+
+        def decide(current: TxnMetadata | None) -> TxnDecision | None:
+            if mine.answered:
+                return None  # an add that held the lock first decided this one too
+            taken.extend(self._take_adds(tid, mine.identity))
+            if len(taken) > 1:
+                sim.stats["adds_decided_together"] += len(taken)
+            return txn.add_partitions(current, *mine.identity, partitions_of(taken),
+                                      sim.scheduler.now)  # fmt: skip
+
+        def done(result: Any) -> None:
+            if taken:
+                for add in taken:
+                    add.answer(result)
+            elif isinstance(result, RafkaError):  # refused before deciding (still loading)
+                self._take_adds(tid, mine.identity, only=mine)
+                mine.answer(result)
+
+        self._decide(tid, decide, done)
+
+    def _take_adds(self, tid: str, identity: tuple[int, int],
+                   only: WaitingAdd | None = None) -> list[WaitingAdd]:  # fmt: skip
+        """Remove and return the adds waiting for ``tid`` with ``identity`` (or ``only``)."""
+        waiting = self._adds.get(tid, [])
+        taken = [a for a in waiting if a.identity == identity and not a.answered
+                 and (only is None or a is only)]  # fmt: skip
+        rest = [a for a in waiting if a not in taken]
+        if rest:
+            self._adds[tid] = rest
+        else:
+            self._adds.pop(tid, None)
+        return taken
 
     def on_end(self, producer: Endpoint, req: int, tid: str, producer_id: int, epoch: int,
                commit: bool) -> None:  # fmt: skip
@@ -288,23 +376,6 @@ class Coordinator(Endpoint):
         self._decide(tid, lambda current: txn.end_txn(
             current, producer_id, epoch, commit, sim.scheduler.now, sim.allocate_producer_id),
             self._answer(producer, req, 2))  # fmt: skip
-
-    def on_verify(self, partition: Endpoint, ask: int, tid: str, producer_id: int, epoch: int,
-                  topic: str, p: int) -> None:  # fmt: skip
-        """Answered at once from the metadata held, without the id's lock (as the actor)."""
-        sim = self.sim
-        sim.stats["verifications"] += 1
-        if not self.loaded and self.cfg.verify_while_loading == "load_in_progress":
-            error: RafkaError | None = CoordinatorLoadInProgress(
-                f"{self} is loading; retry"
-            )
-        else:
-            error = txn.verify_partition(self.transactions.get(tid), producer_id, epoch,
-                                         (topic, p))  # fmt: skip
-        if error is not None:
-            sim.stats["verify_refused_" + type(error).__name__] += 1
-        sim.network.reply(self, partition, "verify_answer", ask,
-                          0 if error is None else error.errno, "" if error is None else str(error))
 
     # -- completing a decided transaction ------------------------------------------------------
 
@@ -334,9 +405,31 @@ class Coordinator(Endpoint):
                          lambda current: decide(current, now) if current else None,
                          lambda _: None, label)  # fmt: skip
 
+    def _persist_completions(self) -> None:
+        """The actor's: write each completion no later decision has superseded, all at once;
+        one whose write fails stays for the next tick."""
+        stats = self.sim.stats
+        for transactional_id, meta in sorted(self._unpersisted.items()):
+
+            def write(current: TxnMetadata | None, meta: TxnMetadata = meta) -> TxnDecision | None:
+                if current is not meta:
+                    return None  # replaced meanwhile
+                stats["completion_records"] += 1
+                return TxnDecision(current)
+
+            def written(result: Any, transactional_id: str = transactional_id,
+                        meta: TxnMetadata = meta) -> None:  # fmt: skip
+                if isinstance(result, RafkaError):
+                    return  # stays for the next tick
+                if self._unpersisted.get(transactional_id) is meta:
+                    self._unpersisted.pop(transactional_id)  # no longer current
+
+            self._decide(transactional_id, write, written)
+
     def _abort_tick(self) -> None:
         if not self.serving:
             return
+        self._persist_completions()  # first, as the actor's timer loop does
         alloc = self.sim.allocate_producer_id
         self._for_each(lambda meta, now: txn.timed_out(meta, now, alloc), "timeout_abort")
         self.sim.scheduler.after(self.cfg.abort_check_ms, self._abort_tick)
@@ -350,7 +443,8 @@ class Coordinator(Endpoint):
 
 
 class Completion:
-    """The markers of one decided transaction, then its Complete* record."""
+    """The markers of one decided transaction, then its completion (its record written
+    later: ``Coordinator._persist_completions``)."""
 
     def __init__(self, coordinator: Coordinator, transactional_id: str, markers: Markers) -> None:
         self.coordinator = coordinator
@@ -418,16 +512,15 @@ class Completion:
                 return None  # completed already, or replaced
             return TxnDecision(txn.complete(current, sim.scheduler.now))
 
-        self.coordinator._decide(self.tid, finish, self._finished)
+        self.coordinator._decide(self.tid, finish, self._finished, persist=False)
 
-    def _finished(self, result: Any) -> None:
+    def _finished(self, _: Any) -> None:
+        """Completed: applied with nothing to write, so it cannot fail here (the actor's
+        retry after COMPLETION_RETRY_S is for markers it gave up on, which the model resends
+        until written). A zombie completes in what it holds; its record never lands."""
         c = self.coordinator
         if c.completions.get(self.tid) is not self:
             return
-        if isinstance(result, RafkaError) and not isinstance(result, CoordinatorFenced):
-            self.sim.scheduler.after(COMPLETION_RETRY_MS, self.round)
-            return
-        # Completed, or fenced: the incarnation that owns the shard completes it.
         del c.completions[self.tid]
         for waiter in self.waiters:
             waiter()

@@ -2,22 +2,25 @@
 real ``rafka.actors.replica_transactions.TransactionHandler`` making the leader's
 transactional decisions on it: ``write_marker`` (a marker must be above the producer's epoch
 in this log; an equal one with nothing open is a retry already written) and
-``check_transactional`` (KIP-890: a transactional batch that would open a transaction here
-needs its coordinator's ``verify_partition``).
+``check_transactional`` (transaction version 2: before a transactional batch opens a
+transaction here, the leader adds the partition to it at the coordinator,
+``TransactionVerifier.add_partition``).
 
 The handler is the actor's own code, run outside Ray on a stand-in for ``PartitionReplica``
 (``ReplicaShell``: one replica, so the high watermark is the log end and nothing waits for
 followers). Its coroutines are driven by hand: ``write_marker`` never suspends here, and the
-verification ``check_transactional`` awaits is an ``Ask`` that suspends the coroutine until
-the coordinator's answer comes back over the simulated network (or
-``cfg.request_timeout_ms`` passes: CoordinatorNotAvailable, as a call that failed). Between
-the check and the append other events run, as they interleave at that ``await`` in the
-actor. The produce path around it mirrors ``ProduceHandler.produce``: check, then
-``Log.append_as_leader`` (duplicates answered with the first write's offsets).
+add ``check_transactional`` awaits is an ``Ask`` that suspends the coroutine while the
+question goes to the coordinator as an AddPartitionsToTxn over the simulated network, until
+the coordinator's answer comes back (given once the add is in ``__transaction_state``) or
+``cfg.request_timeout_ms`` passes (CoordinatorNotAvailable, as a call that failed; the add
+may still be decided and written). Between the check and the append other events run, as
+they interleave at that ``await`` in the actor. The produce path around it mirrors
+``ProduceHandler.produce``: check, then ``Log.append_as_leader`` (duplicates answered with
+the first write's offsets).
 
 A restart closes the log (cleanly, or abandoned as a crash that keeps the page cache) and
 opens it again from its files: producer state from its snapshot plus a replay. Requests to
-the old process are lost, verifications it waited for are dropped.
+the old process are lost, and so are the adds it waited for.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from rafka.actors.replica_transactions import TransactionHandler
 from rafka.errors import CoordinatorNotAvailable, RafkaError, error_class
+from rafka.storage import record_batch as rb
 from rafka.storage.config import LogConfig
 from rafka.storage.log import Log
 from tests.unit.cluster.txn_sim.network import Endpoint
@@ -37,11 +41,12 @@ if TYPE_CHECKING:
 
 
 class Ask:
-    """What ``check_transactional`` awaits: a question for the coordinator. The driver
-    gets it from ``coroutine.send`` and sends the coordinator's answer back in."""
+    """What ``check_transactional`` awaits: a call to the coordinator, ``method`` with
+    ``args``. The driver gets it from ``coroutine.send`` and sends the answer back in."""
 
-    def __init__(self, *question: Any) -> None:
-        self.question = question
+    def __init__(self, method: str, *args: Any) -> None:
+        self.method = method
+        self.args = args
 
     def __await__(self):
         answer = yield self
@@ -49,11 +54,13 @@ class Ask:
 
 
 class AskingVerifier:
-    """Stands for ``TransactionVerifier``: its ``verify`` is answered by the driver."""
+    """Stands for ``TransactionVerifier``: its ``add_partition`` is the coordinator's
+    ``add_partitions`` of that one partition, answered by the driver. It has no ``verify``:
+    a leader of a data partition asks only to add."""
 
-    def verify(self, transactional_id: str, producer_id: int, epoch: int, topic: str,
-               partition: int) -> Ask:  # fmt: skip
-        return Ask(transactional_id, producer_id, epoch, topic, partition)
+    def add_partition(self, transactional_id: str, producer_id: int, epoch: int, topic: str,
+                      partition: int) -> Ask:  # fmt: skip
+        return Ask("add", transactional_id, producer_id, epoch, [[topic, partition]])
 
 
 class _Leader:
@@ -164,15 +171,16 @@ class Partition(Endpoint):
         sim = self.sim
         ask_id = sim.next_id()
         self._asks[ask_id] = (coroutine, context)
+        sim.stats["leader_adds"] += 1
         sim.scheduler.after(self.cfg.request_timeout_ms, self._ask_timeout, ask_id)
-        if not sim.network.send(self, sim.coordinator_now(), "verify", self, ask_id,
-                                *ask.question):  # fmt: skip
+        if not sim.network.send(self, sim.coordinator_now(), ask.method, self, ask_id,
+                                *ask.args):  # fmt: skip
             self._resume(ask_id, CoordinatorNotAvailable(
                 "the transaction coordinator could not be asked (none is running); retry"))
 
     def _ask_timeout(self, ask_id: int) -> None:
         if ask_id in self._asks:
-            self.sim.faults["verify_unanswered"] += 1
+            self.sim.faults["leader_add_unanswered"] += 1
             self._resume(ask_id, CoordinatorNotAvailable(
                 "the transaction coordinator did not answer; retry"))
 
@@ -180,14 +188,21 @@ class Partition(Endpoint):
         coroutine, context = self._asks.pop(ask_id)
         self._advance(coroutine, context, answer)
 
-    def on_verify_answer(self, ask_id: int, errno: int, message: str) -> None:
-        if ask_id in self._asks:
-            self._resume(ask_id, error_class(errno)(message) if errno else None)
+    def on_coordinator_answer(self, ask_id: int, answer: tuple) -> None:
+        """The coordinator's (errno, message) to an add: what ``add_partition`` returns."""
+        if ask_id not in self._asks:
+            self.sim.stats["stale_answers"] += 1
+            return
+        errno, message = answer
+        if errno:
+            self.sim.stats["leader_add_refused_" + error_class(errno).__name__] += 1
+        self._resume(ask_id, error_class(errno)(message) if errno else None)
 
     def _append(self, context: tuple, refused: RafkaError | None) -> None:
         producer, req, batch = context
         sim = self.sim
         if refused is None:
+            opens = self._opens_transaction(batch)
             try:
                 info = self.log.append_as_leader(batch, 0)
             except RafkaError as e:
@@ -197,11 +212,20 @@ class Partition(Endpoint):
                 if info.duplicate:
                     sim.stats["duplicate_batches"] += 1
                 else:
-                    sim.checker.on_append(self.index, info.first_offset, batch)
+                    sim.checker.on_append(self.index, info.first_offset, batch, opens)
                 sim.network.reply(self, producer, "produce_answer", req, 0, "", info.first_offset)
                 return
         sim.stats["produce_refused_" + type(refused).__name__] += 1
         sim.network.reply(self, producer, "produce_answer", req, refused.errno, str(refused), -1)
+
+    def _opens_transaction(self, batch: bytes) -> bool:
+        """Whether ``batch`` opens its transaction in this log: what makes
+        ``check_transactional`` add the partition first (no transaction of the batch's
+        producer id and epoch open here)."""
+        header = rb.read_header(batch)
+        entry = self.log.producer_state.producers.get(header.producer_id)
+        return not (entry is not None and entry.current_txn_first_offset is not None
+                    and entry.epoch == header.producer_epoch)  # fmt: skip
 
     # -- markers -------------------------------------------------------------------------------
 

@@ -3,16 +3,19 @@ thread per call, so it is mirrored here as events) with the real client state ma
 ``rafka.clients.transaction_manager.TransactionState`` deciding what each answer makes of
 the producer.
 
-A producer inits its transactional id, then runs transactions: each adds a partition before
-its first batch for it (or, for ``cfg.pipelined_share`` of them, sends that batch alongside
-the AddPartitionsToTxn, as Kafka's clients before KIP-890 part 2), sends its batches one at a
-time per partition (acks=all), and once every write is answered commits (``commit_share``)
-or aborts. Calls and batches are resent after ``request_timeout_ms`` without an answer (a
-batch with its sequence unchanged) and after retriable errors, until ``max_block_ms`` (a
-call: RequestTimedOut, after which only the same call is made again) or
-``delivery_timeout_ms`` (a batch: failed, the transaction abortable). The answer of an
-earlier attempt is ignored once the call was resent. A failed batch of an epoch that already
-ended does not touch the transaction (``_write_failed``).
+A producer inits its transactional id, then runs transactions: each sends its batches to its
+partitions in parallel, one at a time per partition (acks=all), and once every write is
+answered commits (``commit_share``) or aborts. It asks the coordinator nothing before a
+partition's first batch (transaction version 2, ``TransactionalMixin._in_transaction``):
+the partition's leader adds the partition to the transaction before appending that batch. A
+transaction that sent a batch is ``started``, so it ends with EndTxn; one that sent nothing
+ends without asking the coordinator. Calls and batches are resent after
+``request_timeout_ms`` without an answer (a batch with its sequence unchanged) and after
+retriable errors, until ``max_block_ms`` (a call: RequestTimedOut, after which only the same
+call is made again) or ``delivery_timeout_ms`` (a batch: failed, the transaction abortable).
+The answer of an earlier attempt is ignored once the call was resent. A failed batch of an
+epoch that already ended does not touch the transaction (``_write_failed``). Offsets sent to
+a transaction (the one partition the producer adds itself) are left out.
 
 A slot is one transactional id. A ``fresh`` slot has one producer for the whole run: it may
 stall, never dies and is never replaced, so nothing may fence it. A shared slot's producer
@@ -101,7 +104,7 @@ class Producer(Endpoint):
         self.stopping = False  # healing: no new transaction
         self.call: _Call | None = None
         self.sends: dict[int, _Send] = {}
-        self.plan: list[tuple[int, tuple[int, ...], bool]] = []
+        self.plan: list[tuple[int, tuple[int, ...]]] = []  # (partition, record ids) to send
         self.sequences: dict[int, int] = {}
         self.key: tuple[int, int] | None = None  # (producer id, epoch) of the transaction
         self._step_due = False
@@ -150,11 +153,16 @@ class Producer(Endpoint):
     # -- what to do next -----------------------------------------------------------------------
 
     def _step(self) -> None:
-        """The next call or batch, once nothing is waiting for an answer."""
-        if not self.up or self.call is not None or self.sends:
+        """The next batch of every partition with none in flight, while the transaction
+        runs; otherwise the next call, once nothing is waiting for an answer."""
+        if not self.up or self.call is not None:
             return
         txn, sim = self.txn, self.sim
         state = txn.state
+        if state is _S.IN_TRANSACTION and self.plan:
+            self._next_writes()
+        if self.sends:
+            return
         if state is _S.FATAL:
             return
         if state is _S.UNINITIALIZED:
@@ -163,10 +171,8 @@ class Producer(Endpoint):
         elif state is _S.READY:
             if not self.stopping:
                 self._begin()
-        elif state is _S.IN_TRANSACTION:
-            if self.plan:
-                self._next_write()
-            elif sim.rng.random() < self.cfg.commit_share:
+        elif state is _S.IN_TRANSACTION:  # every write answered
+            if sim.rng.random() < self.cfg.commit_share:
                 txn.check_can_commit()
                 txn.move(_S.COMMITTING)
                 self._end(True)
@@ -194,8 +200,7 @@ class Producer(Endpoint):
     def _begin(self) -> None:
         txn, sim, cfg = self.txn, self.sim, self.cfg
         txn.check_can_begin()
-        txn.partitions.clear()
-        txn.started = False
+        txn.clear_partitions()
         txn.move(_S.IN_TRANSACTION)
         self.key = (txn.producer_id, txn.epoch)
         chosen = sim.rng.sample(range(len(sim.partitions)),
@@ -205,33 +210,34 @@ class Producer(Endpoint):
             sim.stats["empty_transactions"] += 1
         self.plan = []
         for p in chosen:
-            for n in range(sim.uniform(*cfg.batches)):
+            for _ in range(sim.uniform(*cfg.batches)):
                 rids = tuple(sim.next_rid() for _ in range(sim.uniform(*cfg.records)))
-                self.plan.append((p, rids, n == 0 and sim.rng.random() < cfg.pipelined_share))
+                self.plan.append((p, rids))
         sim.stats["transactions_begun"] += 1
         sim.note(f"{self} begins {self.key} over {sorted(chosen)}")
         self._step()
 
-    def _next_write(self) -> None:
-        p, rids, pipelined = self.plan[0]
-        tp = (self.cfg.topic, p)
-        if tp not in self.txn.partitions:
-            self.txn.started = True
-            self._call("add", (self.tid, *self.key, [list(tp)]), lambda _: self._added(tp),
-                       self._failed_and_step)  # fmt: skip
-            if not pipelined:
-                return  # the batch goes once the partition is added
-            self.sim.stats["pipelined_writes"] += 1
-        self.plan.pop(0)
-        self._produce(p, rids)
-
-    def _added(self, tp: tuple[str, int]) -> None:
-        self.txn.partitions.add(tp)
-        self._step()
+    def _next_writes(self) -> None:
+        """The first planned batch of each partition with none in flight, each queued as
+        ``TransactionalMixin._in_transaction`` does: the partition is only noted (its leader
+        adds it at the coordinator), and the transaction counts as started, so it ends with
+        EndTxn even if every write fails. The partitions' first batches go out together, so
+        their leaders' adds reach the coordinator together."""
+        txn, busy, due = self.txn, set(self.sends), []
+        for item in self.plan:
+            if item[0] not in busy:
+                busy.add(item[0])
+                due.append(item)
+        for item in due:
+            self.plan.remove(item)
+        for p, rids in due:
+            txn.check_can_send()
+            txn.sent_to(self.cfg.topic, p)
+            self._produce(p, rids)
 
     def _end(self, commit: bool) -> None:
-        if not self.txn.started:  # nothing was ever added: ended here, as the client does
-            self.txn.partitions.clear()
+        if not self.txn.started:  # nothing was sent: ended here, as the client does
+            self.txn.clear_partitions()
             self.txn.move(_S.READY)
             self._schedule_step(self.sim.uniform(*self.cfg.think_ms))
             return
@@ -241,7 +247,7 @@ class Producer(Endpoint):
     def _ended(self, commit: bool, answer: list) -> None:
         self.sim.checker.on_end_answered(self, self.key, commit)
         self._take_identity(*answer)
-        self.txn.partitions.clear()
+        self.txn.clear_partitions()
         self.txn.move(_S.READY)
         self._schedule_step(self.sim.uniform(*self.cfg.think_ms))
 
@@ -264,10 +270,6 @@ class Producer(Endpoint):
             self.sim.stats["producers_fenced"] += 1
             self.sim.note(f"{self} is fenced for good: {type(error).__name__}")
             self.sim.checker.on_fatal(self, error)
-
-    def _failed_and_step(self, error: RafkaError) -> None:
-        self._failed(error)
-        self._step()
 
     # -- coordinator calls ---------------------------------------------------------------------
 
