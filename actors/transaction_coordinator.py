@@ -339,9 +339,11 @@ class TransactionCoordinator:
     async def verify_partition(
         self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int
     ) -> tuple:
-        """(errno, message): may this producer write its transaction to the partition
-        (KIP-890's check by the partition leader before the first write)? While the shard
-        loads the answer is CoordinatorLoadInProgress (retriable), never a verdict."""
+        """(errno, message): does this producer's transaction already hold the partition?
+        Asked by a group coordinator before offsets are committed inside a transaction (the
+        producer added the offsets partition itself; data partitions are added by their
+        leaders, ``add_partitions``). While the shard loads the answer is
+        CoordinatorLoadInProgress (retriable), never a verdict."""
         if self._loaded is None or not self._loaded.is_set():
             error = CoordinatorLoadInProgress(
                 f"transaction coordinator {self.shard} is loading; retry"

@@ -18,7 +18,7 @@ States (Kafka's names), what each does, where it moves:
     Empty              a producer id and epoch, no transaction  -> Ongoing, Empty, Dead,
                                                                    PrepareAbort (abort when
                                                                    unsure; completed at once)
-    Ongoing            partitions added; writes verified here   -> PrepareCommit, PrepareAbort,
+    Ongoing            partitions added (by their leaders)      -> PrepareCommit, PrepareAbort,
                                                                    PrepareEpochFence, Ongoing
     PrepareCommit      decided (the commit point); markers due  -> CompleteCommit
     PrepareAbort       decided; abort markers due               -> CompleteAbort
@@ -328,9 +328,11 @@ def add_partitions(
 def verify_partition(
     current: TxnMetadata | None, producer_id: int, epoch: int, partition: tuple[str, int]
 ) -> RafkaError | None:
-    """The partition leader's check (KIP-890) before a producer's first transactional write
-    to ``partition``: None only if the transaction is Ongoing, of exactly this producer id
-    and epoch, and includes the partition.
+    """The check (KIP-890) before a producer's first transactional write to a partition
+    that the producer adds itself (the offsets partition a group coordinator writes; data
+    partitions are added by their leaders with ``add_partitions``): None only if the
+    transaction is Ongoing, of exactly this producer id and epoch, and includes the
+    partition.
 
     A partition not in the transaction is TransactionAbortable, as in Kafka 4 (since 3.8;
     before, INVALID_TXN_STATE, which clients treat as fatal): the write is refused either
