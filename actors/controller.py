@@ -24,6 +24,7 @@ owns it, all sharing one ``ControllerCore`` (metadata log, lock, settings, liven
 - ``PartitionChanges`` (``partition_changes``): every partition state change and the
   requests that make them (check-ins, ISR proposals, elections, reassignments);
 - ``Reassignments`` (``reassignments``): moving partitions, and cancelling a move;
+- ``Balancing`` (``balancing``): the balancer's timer, drains and rebalance requests;
 - ``Reconciler`` (``reconcile``): at start and periodically, replica actors made to match
   the metadata (states pushed, missing actors created, strays deleted);
 - ``TopicAdmin`` (``topic_admin``): create, grow, configure, delete, describe topics;
@@ -39,6 +40,7 @@ from typing import Any
 
 import ray
 
+from rafka.actors.balancing import Balancing
 from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.broker_watch import BrokerWatch
 from rafka.actors.controller_core import ControllerCore, now_ms
@@ -105,6 +107,7 @@ class Controller:
             # left without a leader gets one at the first heartbeat of a broker that may
             # lead it.)
             self.core.spawn(self._reconcile_then_repeat())
+            self.core.spawn(self.balancing.run())
 
     async def _reconcile_then_repeat(self) -> None:
         try:
@@ -208,6 +211,18 @@ class Controller:
         None) back on their original replicas; the replicas they were adding are deleted."""
         await self.reassignments.cancel_reassignment(name, partitions)
         return self.topics.describe(self.image.topic(name))
+
+    async def drain_broker(self, broker_id: int, draining: bool = True) -> dict[str, Any]:
+        """Empty ``broker_id`` of its replicas and leaderships (``draining=False`` cancels),
+        so its node can be removed; answers the balancer's status."""
+        return await self.balancing.drain_broker(broker_id, draining)
+
+    async def rebalance(self, dry_run: bool = True) -> dict[str, Any]:
+        """A plan over every goal of the balancer; carried out unless ``dry_run``."""
+        return await self.balancing.rebalance(dry_run)
+
+    async def describe_balancer(self) -> dict[str, Any]:
+        return self.balancing.describe()
 
     async def reconcile(self) -> dict[str, int]:
         """Make the replica actors match the metadata now: every state pushed, missing
@@ -332,7 +347,8 @@ def build_parts(
     clock=now_ms,
 ) -> dict[str, Any]:  # fmt: skip
     """The controller's parts over an opened metadata log (``core``, ``calls``, ``changes``,
-    ``brokers``, ``topics``, ``reassignments``, ``reconciler``, ``coordinators``), after
+    ``brokers``, ``topics``, ``reassignments``, ``balancing``, ``reconciler``,
+    ``coordinators``), after
     taking over the log: a new controller epoch is recorded, and the cluster settings become
     the stored ones overridden by ``settings``. ``actors`` is the Ray layer (a fake in
     tests)."""
@@ -352,10 +368,12 @@ def build_parts(
     calls = BrokerCalls(core, actors)
     changes = PartitionChanges(core, calls)
     topics = TopicAdmin(core, calls, changes)
+    reassignments = Reassignments(core, changes)
     return {
         "core": core, "calls": calls, "changes": changes,
         "brokers": BrokerWatch(core, calls, changes), "topics": topics,
-        "reassignments": Reassignments(core, changes),
+        "reassignments": reassignments,
+        "balancing": Balancing(core, changes, reassignments),
         "reconciler": Reconciler(core, calls, changes),
         "coordinators": CoordinatorShards(core, calls, topics),
     }  # fmt: skip

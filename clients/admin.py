@@ -2,7 +2,8 @@
 consumer groups and their offsets through the group coordinators (``GroupAdmin``, in
 ``rafka.clients.admin_groups``); transactions and the producers of partitions through the
 transaction coordinators and partition leaders (``TransactionAdmin``, in
-``rafka.clients.admin_transactions``).
+``rafka.clients.admin_transactions``); drains and rebalances through the controller's
+balancer (``BalancerAdmin``, in ``rafka.clients.admin_balancer``).
 
 Arguments are checked here before anything is sent (TypeError or ValueError saying what was
 wrong); the controller's answers are dicts, read with defaults for the fields an older
@@ -15,6 +16,7 @@ import time
 import uuid
 from typing import Any, Iterable, Mapping
 
+from rafka.clients.admin_balancer import BalancerAdmin
 from rafka.clients.admin_groups import GroupAdmin
 from rafka.clients.admin_transactions import TransactionAdmin
 from rafka.errors import LeaderNotAvailable, RequestTimedOut, error_class
@@ -116,7 +118,7 @@ def check_assignment(assignment: Any) -> dict[int, list[int]]:
     return plan
 
 
-class Admin(GroupAdmin, TransactionAdmin):
+class Admin(GroupAdmin, TransactionAdmin, BalancerAdmin):
     def __init__(self, gateway, metadata) -> None:
         self._gateway = gateway
         self._metadata = metadata

@@ -20,8 +20,9 @@ reported in ``Plan.violations``.
 
 Hysteresis (no replica moves back and forth): a count goal moves only while the counts differ
 by two or more, a traffic goal only from a broker above its threshold to one that stays under
-it, a partition moved within ``cooldown_ms`` is not moved for a soft goal, and a replica never
-returns within it to a broker it left. Every move strictly lowers the goal it serves without
+it, a partition moved within ``cooldown_ms`` is not moved for a soft goal, and no soft goal
+returns a replica within it to a broker it left (a hard goal may: a lost broker's replica is
+re-created wherever it can be). Every move strictly lowers the goal it serves without
 raising an earlier one, so repeated planning converges.
 
 Throttle: at most ``max_moves_per_broker`` moves in flight per broker (as source or
@@ -175,10 +176,13 @@ class _Projection:
             return False
         return not (soft and self.history.cooling(key, self.now_ms, self.settings.cooldown_ms))
 
-    def may_receive(self, key: tuple[str, int], broker: int) -> bool:
+    def may_receive(self, key: tuple[str, int], broker: int, soft: bool = True) -> bool:
+        """``broker`` may take a replica of the partition: it stays, holds none of it, has
+        room, and (for a soft goal) is not one the partition left within the cooldown. A
+        hard goal may go back: a lost broker's replica must be re-created where it can."""
         return (broker in self.eligible and broker not in self.replicas[key]
-                and not self.history.left_recently(key, broker, self.now_ms,
-                                                   self.settings.cooldown_ms)
+                and not (soft and self.history.left_recently(key, broker, self.now_ms,
+                                                             self.settings.cooldown_ms))
                 and self.disk_fits(broker, self.partitions[key].size_bytes))  # fmt: skip
 
     def keeps_racks(self, key: tuple[str, int], source: int, destination: int) -> bool:
@@ -193,7 +197,8 @@ class _Projection:
 
     def move(self, result: Plan, key: tuple[str, int], source: int, destination: int,
              goal: Goal) -> None:  # fmt: skip
-        replicas = [destination if b == source else b for b in self.replicas[key]]
+        # The new replica goes last: the preferred leader stays unless it is the one leaving.
+        replicas = [b for b in self.replicas[key] if b != source] + [destination]
         self.replicas[key] = replicas
         size = self.partitions[key].size_bytes
         self.disk[source] -= size
@@ -255,7 +260,8 @@ def _rack_aware(state: _Projection, result: Plan) -> None:
         counts = state.replica_counts()
         for source in sources:
             targets = [b for b in state.eligible if state.rack[b] not in seen
-                       and state.may_receive(key, b) and not state.throttled(source, b)]
+                       and state.may_receive(key, b, soft=False)
+                       and not state.throttled(source, b)]  # fmt: skip
             if targets:
                 destination = min(targets, key=lambda b: (counts[b], b))
                 state.move(result, key, source, destination, Goal.RACK_AWARE)
@@ -281,7 +287,7 @@ def _leaving(state: _Projection, result: Plan) -> None:
             if not _has_in_sync_copy(state, key, source):
                 continue  # nothing to copy from: it waits for a replica to come back
             counts = state.replica_counts()
-            targets = [b for b in state.eligible if state.may_receive(key, b)
+            targets = [b for b in state.eligible if state.may_receive(key, b, soft=False)
                        and not state.throttled(source, b)]  # fmt: skip
             racks_first = sorted(targets, key=lambda b: (
                 -_racks_after(state, key, source, b), counts[b], b))
@@ -307,7 +313,7 @@ def _disk_capacity(state: _Projection, result: Plan) -> None:
                 break
             if not state.movable(key, soft=False):
                 continue
-            targets = [b for b in state.eligible if state.may_receive(key, b)
+            targets = [b for b in state.eligible if state.may_receive(key, b, soft=False)
                        and state.keeps_racks(key, source, b)
                        and not state.throttled(source, b)]  # fmt: skip
             if targets:

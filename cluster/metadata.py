@@ -25,6 +25,8 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
                    partition, broker_id], ...]}        with their log intact (created, or seen)
     fenced      {broker_id, fenced}                    a broker was fenced (missed its
                                                        heartbeats) or came back
+    drain       {broker_id, draining}                  an admin asked for a broker to be
+                                                       emptied (or no longer)
     controller  {epoch}                                a controller process took over the log
     settings    {settings}                             the cluster settings now in force
     host_slots  {broker_id, next}                      host slots below ``next`` were used
@@ -161,6 +163,7 @@ class MetadataImage:
         self.broker_nodes: dict[int, str] = {}
         self.replica_nodes: dict[tuple[str, int, int], str] = {}
         self.fenced_brokers: set[int] = set()
+        self.draining_brokers: set[int] = set()  # the balancer empties them
         # Ids of deleted topics: only their leftovers are deleted; a replica of a topic id
         # this metadata never knew may belong to another cluster's metadata, and is kept.
         self.deleted_topics: set[str] = set()
@@ -256,6 +259,11 @@ class MetadataImage:
                 self.fenced_brokers.add(record["broker_id"])
             else:
                 self.fenced_brokers.discard(record["broker_id"])
+        elif kind == "drain":
+            if record["draining"]:
+                self.draining_brokers.add(record["broker_id"])
+            else:
+                self.draining_brokers.discard(record["broker_id"])
         elif kind == "controller":
             self.controller_epoch = max(self.controller_epoch, record["epoch"])
         elif kind == "settings":
@@ -311,6 +319,8 @@ class MetadataImage:
                    for b, n in self.next_host_slot.items())  # fmt: skip
         out.extend({"type": "fenced", "broker_id": b, "fenced": True}
                    for b in sorted(self.fenced_brokers))  # fmt: skip
+        out.extend({"type": "drain", "broker_id": b, "draining": True}
+                   for b in sorted(self.draining_brokers))  # fmt: skip
         if self.deleted_topics:
             out.append({"type": "deleted_topics", "topic_ids": sorted(self.deleted_topics)})
         out.append({"type": "controller", "epoch": self.controller_epoch})
@@ -362,8 +372,8 @@ class MetadataImage:
 
 
 _OTHER_KINDS = frozenset({
-    "broker", "producer_ids", "replica_epochs", "broker_node", "fenced", "controller",
-    "settings", "request", "deleted_topics", "host_slots",
+    "broker", "producer_ids", "replica_epochs", "broker_node", "fenced", "drain",
+    "controller", "settings", "request", "deleted_topics", "host_slots",
 })  # fmt: skip
 
 

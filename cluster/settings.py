@@ -81,7 +81,24 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
         "aborted)"),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (
         3_600_000, int, 1, "how often expired transactional ids are looked for"),
+    # The balancer (rafka.cluster.balancer); the names are Redpanda's where it has one.
+    "partition.autobalancing.mode": ("node_add", str, 0,
+                                     "off | node_add | continuous: what the balancer moves "
+                                     "by itself (drains and rebalance requests always run)"),
+    "partition.autobalancing.tick.interval.ms": (10_000, int, 100,
+                                                 "how often the balancer plans"),
+    "partition.autobalancing.node.availability.timeout.sec": (
+        600, int, 1, "a broker dead this long is replaced from the in-sync replicas "
+        "(not in mode off)"),
+    "partition.autobalancing.concurrent.moves.per.broker": (
+        2, int, 1, "replica moves in flight per broker, as source or destination"),
+    "partition.autobalancing.concurrent.moves": (50, int, 1, "replica moves in flight"),
 }  # fmt: skip
+
+#: The values a text setting may take.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "partition.autobalancing.mode": ("off", "node_add", "continuous"),
+}
 
 
 #: Upper bounds of the settings that have one.
@@ -140,6 +157,11 @@ def validate_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
                 value = value.lower() == "true"
             if not isinstance(value, bool):
                 raise InvalidConfig(f"cluster setting {name}={value!r} must be true or false")
+        elif kind is str:
+            if value not in CHOICES[name]:
+                raise InvalidConfig(
+                    f"cluster setting {name}={value!r} must be one of {', '.join(CHOICES[name])}"
+                )
         else:
             try:
                 value = int(value)

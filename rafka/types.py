@@ -242,3 +242,42 @@ class HangingTransaction(NamedTuple):
     coordinator_epoch: int
     start_offset: int
     last_timestamp: int
+
+
+class BalancerMove(NamedTuple):
+    """A replica move the balancer planned: ``(topic, partition)`` goes to ``replicas``, the
+    replica on ``source`` replaced by one on ``destination``, for ``goal``."""
+
+    topic: str
+    partition: int
+    replicas: list[int]
+    source: int
+    destination: int
+    goal: str
+
+
+class BalancerPlan(NamedTuple):
+    """What a balancer plan moves (replicas, and leaderships as (topic, partition, leader,
+    goal)) and what it leaves wrong (goal -> descriptions)."""
+
+    moves: list[BalancerMove]
+    leader_moves: list[tuple[str, int, int, str]]
+    violations: dict[str, list[str]]
+
+
+class BalancerStatus(NamedTuple):
+    """The balancer: its mode and the goals it pursues now, draining brokers, dead ones
+    (broker -> ms since it was last live) and the healing delay, reassignments in flight,
+    replicas and leaders per broker, and ``pending``: what a rebalance would do now."""
+
+    mode: str
+    goals: list[str]
+    balancing_node_add: bool
+    draining: list[int]
+    dead: dict[int, int]
+    heal_after_ms: int
+    in_flight: list[dict]
+    replicas: dict[int, int]
+    leaders: dict[int, int]
+    moves_started: int
+    pending: BalancerPlan

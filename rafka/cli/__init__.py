@@ -4,7 +4,8 @@ This module holds the entry point (``main``, the console script ``rafka``): it b
 parser, runs the chosen handler with its output on ``args.out``, and maps errors to exit
 statuses. Each subcommand is declared by an ``add_<name>`` function in the module of its group
 (its arguments and its handler): ``cluster`` (up, status, down), ``topics``, ``groups``
-(consumer groups), ``transactions``, ``produce``, ``consume`` and ``dump_log``; ``connect``
+(consumer groups), ``transactions``, ``balancer`` (brokers drain and undrain, balancer
+status and rebalance), ``produce``, ``consume`` and ``dump_log``; ``connect``
 joins Ray and the services, ``arguments`` holds the argument types and ``output`` the shared
 text formatting.
 Handlers import what they need when they run, so ``rafka --help`` and the offline tools
@@ -25,6 +26,7 @@ import sys
 from typing import Sequence
 
 from rafka import __version__
+from rafka.cli.balancer import add_balancer, add_brokers
 from rafka.cli.cluster import add_down, add_status, add_up
 from rafka.cli.consume import add_consume
 from rafka.cli.dump_log import add_dump_log
@@ -74,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_topics(commands)
     add_groups(commands)
     add_transactions(commands)
+    add_brokers(commands)
+    add_balancer(commands)
     add_produce(commands)
     add_consume(commands)
     add_dump_log(commands)

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from rafka.cluster.balancer import active_goals, plan
+from rafka.cluster.balancer import HARD_GOALS, active_goals, plan
 from rafka.cluster.balancer_types import (
     BalancerSettings,
     BrokerView,
@@ -88,7 +88,8 @@ def run(view: ClusterView, settings: BalancerSettings, goals=None, rounds: int =
 def check_plan(view: ClusterView, result: Plan, settings: BalancerSettings,
                history: MoveHistory, now_ms: int) -> None:  # fmt: skip
     """What every plan must respect: a replica moves to a live broker that stays, never
-    twice onto the same broker nor back to one it left within the cooldown; racks spanned
+    twice onto the same broker nor, for a soft goal, back to one it left within the
+    cooldown; racks spanned
     never fall (but to empty a leaving broker); no disk goes above the threshold; the
     throttle holds."""
     brokers = {b.broker_id: b for b in view.brokers}
@@ -103,7 +104,9 @@ def check_plan(view: ClusterView, result: Plan, settings: BalancerSettings,
         before = parts[key].replicas
         assert len(set(m.replicas)) == len(m.replicas) == len(before), m
         assert brokers[m.destination].alive and not brokers[m.destination].draining, m
-        assert not history.left_recently(key, m.destination, now_ms, settings.cooldown_ms), m
+        if m.goal not in HARD_GOALS:
+            assert not history.left_recently(key, m.destination, now_ms,
+                                             settings.cooldown_ms), m  # fmt: skip
         if None not in racks.values() and m.goal not in (Goal.RACK_AWARE, Goal.LEAVING):
             assert len({racks[b] for b in m.replicas}) >= len({racks[b] for b in before}), m
         touched[m.destination] += 1
@@ -252,8 +255,9 @@ def test_repeated_plans_over_random_clusters_converge_and_respect_every_hard_goa
     moved: dict[tuple, list] = {}
     for p in plans:
         for m in p.moves:
-            moved.setdefault((m.topic, m.partition), []).append((m.source, m.destination))
-    for key, hops in moved.items():  # no ping-pong: a replica never returns where it was
+            if m.goal not in HARD_GOALS:
+                moved.setdefault((m.topic, m.partition), []).append((m.source, m.destination))
+    for key, hops in moved.items():  # no ping-pong: a soft goal never undoes a soft move
         for i, (source, destination) in enumerate(hops):
             assert (destination, source) not in hops[i + 1:], (key, hops)
 
@@ -270,3 +274,15 @@ def test_on_a_healthy_cluster_repeated_plans_end_with_replica_counts_within_one(
     final, _ = run(view, BalancerSettings(mode=Mode.CONTINUOUS), step_ms=11 * MINUTE)
     counts = replica_counts(final, range(n))
     assert max(counts) - min(counts) <= 1, counts
+
+
+def test_a_lost_brokers_replica_goes_back_to_a_broker_the_partition_left_if_that_is_all():
+    """Healing is a hard goal: the cooldown's no-return rule does not keep a partition
+    short of its replicas."""
+    brokers = (BrokerView(0), BrokerView(1, dead_since_ms=NOW - 20 * MINUTE), BrokerView(3))
+    p = PartitionView("t", 0, (3, 1), 3, (3,))
+    history = MoveHistory()
+    history.left_at[("t", 0, 0)] = NOW - MINUTE  # it left broker 0 a minute ago
+    result = plan(ClusterView(brokers, (p,)), BalancerSettings(), history, NOW)
+    (move,) = result.moves
+    assert (move.source, move.destination, move.goal) == (1, 0, Goal.LEAVING)

@@ -279,8 +279,8 @@ def record_sequences(draw):
     names = set()
     next_id = 0
     for _ in range(draw(st.integers(0, 40))):
-        kinds = ["broker", "topic", "producer_ids", "fenced", "controller", "settings",
-                 "request"]
+        kinds = ["broker", "topic", "producer_ids", "fenced", "drain", "controller",
+                 "settings", "request"]
         if topics:
             kinds += ["partition", "config", "delete"]
         kind = draw(st.sampled_from(kinds))
@@ -329,6 +329,9 @@ def record_sequences(draw):
         elif kind == "fenced":
             records.append({"type": "fenced", "broker_id": draw(st.integers(0, 6)),
                             "fenced": draw(st.booleans())})  # fmt: skip
+        elif kind == "drain":
+            records.append({"type": "drain", "broker_id": draw(st.integers(0, 6)),
+                            "draining": draw(st.booleans())})  # fmt: skip
         elif kind == "controller":
             records.append({"type": "controller", "epoch": draw(st.integers(0, 9))})
         elif kind == "settings":

@@ -1,0 +1,232 @@
+"""The balancer on the controller: a timer that plans (``rafka.cluster.balancer``) and carries
+out the plan, and the admin requests behind drain, undrain, rebalance and the status.
+
+Part of the Controller actor, on its event loop. Every ``partition.autobalancing.tick
+.interval.ms`` it builds the cluster view from the metadata image and the brokers' liveness,
+plans with the goals the mode pursues now (``active_goals``), and starts each move as a
+reassignment (the new replica copies the log by follower fetch; the old one is deleted once
+the new one is in sync) and each leadership move as a reorder of the partition's replicas
+followed by a preferred-leader election. A move in progress counts against the throttle
+until its reassignment completes, so the next ticks start more as earlier ones finish.
+
+Drains are durable (a ``drain`` metadata record): a restarted controller goes on emptying the
+broker. A broker that joins (a broker id not known at the last tick) starts a node-add
+balancing round in ``node_add`` mode, which lasts until a plan has nothing left to move.
+Which brokers died and when is this controller's own observation (not durable): a restarted
+controller starts the healing delay again, which only waits longer.
+
+Sizes and traffic are not reported to the controller yet: the disk and traffic goals see
+every partition as empty and idle, and never move anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rafka.actors.controller_core import ControllerCore, now_ms
+from rafka.actors.partition_changes import PartitionChanges
+from rafka.actors.reassignments import Reassignments
+from rafka.cluster.balancer import active_goals, plan
+from rafka.cluster.balancer_types import (
+    BalancerSettings,
+    BrokerView,
+    ClusterView,
+    Goal,
+    LeaderMove,
+    Mode,
+    Move,
+    MoveHistory,
+    PartitionView,
+    Plan,
+)
+from rafka.cluster.settings import setting
+from rafka.errors import InvalidReplicaAssignment, RafkaError
+
+
+class Balancing:
+    """See the Controller methods of the same names."""
+
+    def __init__(self, core: ControllerCore, changes: PartitionChanges,
+                 reassignments: Reassignments) -> None:  # fmt: skip
+        self.core = core
+        self.changes = changes
+        self.reassignments = reassignments
+        self.history = MoveHistory()
+        self._dead_since: dict[int, int] = {}
+        self._known: set[int] | None = None  # brokers seen at the last tick
+        self.balancing_node_add = False
+        self.last_plan: Plan | None = None
+        self.moves_started = 0
+
+    # -- settings and view ---------------------------------------------------------------------
+
+    def settings(self) -> BalancerSettings:
+        s = self.core.settings
+        return BalancerSettings(
+            mode=Mode(setting(s, "partition.autobalancing.mode")),
+            max_moves_per_broker=setting(s, "partition.autobalancing.concurrent.moves.per.broker"),
+            max_moves=setting(s, "partition.autobalancing.concurrent.moves"),
+            heal_after_ms=setting(s, "partition.autobalancing.node.availability.timeout.sec")
+            * 1000,
+        )  # fmt: skip
+
+    def view(self, now: int) -> ClusterView:
+        """The cluster as the metadata and the liveness say now; notes which brokers died
+        (and since when) and which joined since the last look."""
+        image, liveness = self.core.image, self.core.liveness
+        for b in image.brokers:
+            if liveness.is_live(b):
+                self._dead_since.pop(b, None)
+            else:
+                self._dead_since.setdefault(b, now)
+        known = set(image.brokers)
+        if self._known is not None and known - self._known:
+            self.balancing_node_add = True
+        self._known = known
+        brokers = tuple(
+            BrokerView(b, rack=state.rack, dead_since_ms=self._dead_since.get(b),
+                       draining=b in image.draining_brokers)
+            for b, state in sorted(image.brokers.items())
+        )  # fmt: skip
+        partitions = tuple(
+            PartitionView(t.name, p.partition, tuple(p.replicas), p.leader, tuple(p.isr),
+                          adding=tuple(p.adding), removing=tuple(p.removing))
+            for t in image.topics.values() for _, p in sorted(t.partitions.items())
+        )  # fmt: skip
+        return ClusterView(brokers, partitions)
+
+    # -- the timer -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Plan and carry out every tick, for as long as the controller runs."""
+        while True:
+            await asyncio.sleep(setting(self.core.settings,
+                                        "partition.autobalancing.tick.interval.ms") / 1000)
+            if self.core.stopping:
+                continue
+            try:
+                await self.tick()
+            except Exception:  # the next tick tries again
+                self.core.logger.exception("balancer tick failed")
+
+    async def tick(self, requested: bool = False) -> Plan:
+        """One round: plan with the goals pursued now and start what it says."""
+        now = now_ms()
+        settings = self.settings()
+        view = self.view(now)
+        goals = active_goals(settings.mode, self.balancing_node_add, requested)
+        result = plan(view, settings, self.history, now, goals)
+        if self.balancing_node_add and result.empty and not any(p.moving for p in
+                                                                view.partitions):
+            self.balancing_node_add = False  # the joined broker has its share
+        await self.carry_out(result, now)
+        self.last_plan = result
+        self.history.forget_before(now - settings.cooldown_ms)
+        return result
+
+    async def carry_out(self, result: Plan, now: int) -> None:
+        for move in result.moves:
+            try:
+                await self.reassignments.reassign_partitions(
+                    move.topic, {move.partition: list(move.replicas)})
+            except RafkaError as e:  # changed meanwhile: the next tick plans again
+                self.core.logger.info("balancer: %s-%d not moved: %s", move.topic,
+                                      move.partition, e)  # fmt: skip
+                continue
+            self.history.record(move, now)
+            self.moves_started += 1
+            self.core.logger.info("balancer (%s): %s-%d from broker %d to %d", move.goal.value,
+                                  move.topic, move.partition, move.source, move.destination)
+        for lead in result.leader_moves:
+            try:
+                await self._lead(lead)
+            except RafkaError as e:
+                self.core.logger.info("balancer: %s-%d leadership not moved: %s", lead.topic,
+                                      lead.partition, e)  # fmt: skip
+
+    async def _lead(self, lead: LeaderMove) -> None:
+        """Make ``lead.leader`` the preferred replica, then elect it."""
+        p = self.core.image.topic(lead.topic).partitions[lead.partition]
+        if p.adding or p.removing or lead.leader not in p.isr:
+            return
+        order = [lead.leader] + [b for b in p.replicas if b != lead.leader]
+        if order != list(p.replicas):
+            await self.reassignments.reassign_partitions(lead.topic, {lead.partition: order})
+        await self.changes.elect_leaders("preferred", lead.topic, [lead.partition])
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    async def drain_broker(self, broker_id: int, draining: bool) -> dict[str, Any]:
+        """Record that ``broker_id`` is to be emptied (or no longer), then plan at once."""
+        if broker_id not in self.core.image.brokers:
+            raise InvalidReplicaAssignment(
+                f"broker {broker_id} is not registered; known brokers: "
+                f"{sorted(self.core.image.brokers)}"
+            )
+        if draining and not set(self.core.image.brokers) - self.core.image.draining_brokers - {
+                broker_id}:  # fmt: skip
+            raise InvalidReplicaAssignment(
+                f"broker {broker_id} is the last broker not draining: its replicas would "
+                "have nowhere to go; add a disk node first"
+            )
+        async with self.core.lock:
+            if (broker_id in self.core.image.draining_brokers) != draining:
+                self.core.store.append([{"type": "drain", "broker_id": broker_id,
+                                         "draining": draining}])  # fmt: skip
+        if draining:
+            await self.tick()
+        return self.describe()
+
+    async def rebalance(self, dry_run: bool) -> dict[str, Any]:
+        """Plan with every goal; start it unless ``dry_run``. Returns the plan."""
+        if dry_run:
+            now = now_ms()
+            result = plan(self.view(now), self.settings(), self.history, now, tuple(Goal))
+        else:
+            result = await self.tick(requested=True)
+        return plan_to_dict(result)
+
+    def describe(self) -> dict[str, Any]:
+        """The mode, draining and dead brokers, moves in flight, and what a plan with every
+        goal would still find wrong."""
+        now = now_ms()
+        settings = self.settings()
+        view = self.view(now)
+        full = plan(view, settings, self.history, now, tuple(Goal))
+        image = self.core.image
+        return {
+            "mode": settings.mode.value,
+            "goals": [g.value for g in active_goals(settings.mode, self.balancing_node_add)],
+            "balancing_node_add": self.balancing_node_add,
+            "draining": sorted(image.draining_brokers),
+            "dead": {b: now - t for b, t in sorted(self._dead_since.items())},
+            "heal_after_ms": settings.heal_after_ms,
+            "in_flight": [
+                {"topic": p.topic, "partition": p.partition, "adding": list(p.adding),
+                 "removing": list(p.removing), "isr": list(p.isr)}
+                for p in view.partitions if p.moving
+            ],  # fmt: skip
+            "violations": {g.value: v for g, v in full.violations.items()},
+            "pending": plan_to_dict(full),
+            "moves_started": self.moves_started,
+            "replicas": {b: sum(b in p.replicas for p in view.partitions)
+                         for b in sorted(image.brokers)},  # fmt: skip
+            "leaders": {b: sum(p.leader == b for p in view.partitions)
+                        for b in sorted(image.brokers)},  # fmt: skip
+        }
+
+
+def plan_to_dict(result: Plan) -> dict[str, Any]:
+    """A plan as plain data (msgpack-friendly), for the admin client."""
+    return {
+        "moves": [_move_dict(m) for m in result.moves],
+        "leader_moves": [{"topic": m.topic, "partition": m.partition, "leader": m.leader,
+                          "goal": m.goal.value} for m in result.leader_moves],
+        "violations": {g.value: v for g, v in result.violations.items()},
+    }  # fmt: skip
+
+
+def _move_dict(m: Move) -> dict[str, Any]:
+    return {"topic": m.topic, "partition": m.partition, "replicas": list(m.replicas),
+            "source": m.source, "destination": m.destination, "goal": m.goal.value}

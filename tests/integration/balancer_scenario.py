@@ -1,0 +1,204 @@
+"""Run by test_balancer.py in its own process (a process holds one Ray connection): the
+balancer on a LocalCluster of three disk nodes, with an acks=all producer writing all along.
+
+1. A topic of 6 partitions, RF=2, placed on the three brokers.
+2. A fourth disk node joins (``add_disk``, as ``rafka up`` on a real cluster): in the default
+   ``node_add`` mode the balancer gives it its share, replicas and leaders per broker within
+   one of each other, with no command.
+3. ``admin.drain_broker`` empties one broker of its replicas and leaderships.
+4. Another broker's node is killed for good: once it has been dead for the healing delay
+   (5 s here), its replicas are re-created on the live brokers from the in-sync replicas.
+5. The producer stops; a consumer reads every partition from the start: every acknowledged
+   record is there, once.
+
+Prints one ``REPORT {json}`` line with what each step saw and its timings; the Ray cluster
+is shut down whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
+
+from rafka import TopicPartition  # noqa: E402
+from rafka.actors.local_cluster import LocalCluster, wait_for  # noqa: E402
+
+DISKS = ["d1", "d2", "d3"]
+NAMESPACE = "balancer-scenario"
+TOPIC = "balanced"
+PARTITIONS = 6
+HEAL_AFTER_S = 5
+SETTINGS = {
+    "partition.autobalancing.tick.interval.ms": 500,
+    "partition.autobalancing.node.availability.timeout.sec": HEAL_AFTER_S,
+    "broker.session.timeout.ms": 1000,
+    "replica.lag.time.max.ms": 3000,
+    "replicas.per.actor": 8,  # fewer processes on the 2 cores
+}
+
+
+def log(message: str) -> None:
+    print(f"[balancer {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Writer:
+    """An acks=all producer sending numbered values round the partitions until stopped;
+    ``acked`` holds every value whose send was acknowledged."""
+
+    def __init__(self, cluster) -> None:
+        self.producer = cluster.producer(acks="all", linger_ms=5, retries=1_000_000,
+                                         delivery_timeout_ms=120_000)  # fmt: skip
+        self.acked: set[bytes] = set()
+        self.failed = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _done(self, value: bytes):
+        def callback(metadata, error) -> None:
+            with self._lock:
+                if error is None:
+                    self.acked.add(value)
+                else:
+                    self.failed += 1
+        return callback
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            value = b"v%d" % i
+            self.producer.send(TOPIC, value=value, partition=i % PARTITIONS,
+                               callback=self._done(value))  # fmt: skip
+            i += 1
+            time.sleep(0.002)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(30)
+        self.producer.flush(180)
+        self.producer.close(30)
+
+
+def read_everything(cluster) -> list[bytes]:
+    consumer = cluster.consumer(auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    try:
+        parts = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        consumer.assign(parts)
+        ends = consumer.end_offsets(parts)
+        out: list[bytes] = []
+        deadline = time.monotonic() + 120
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            if time.monotonic() > deadline:
+                raise TimeoutError("reading the topic back took over 120 s")
+            out += [r.value for r in consumer.poll(timeout_ms=500)]
+        return out
+    finally:
+        consumer.close()
+
+
+def spread(counts: dict[int, int], brokers) -> int:
+    values = [counts.get(b, 0) for b in brokers]
+    return max(values) - min(values)
+
+
+def main(data_dir: str) -> dict[str, Any]:
+    local = LocalCluster(data_dir, DISKS, namespace=NAMESPACE, settings=SETTINGS)
+    report: dict[str, Any] = {"settings": SETTINGS, "timings_s": {}}
+    timings = report["timings_s"]
+    writer = admin = None
+    try:
+        log("starting three disk nodes")
+        cluster = local.start()
+        admin = cluster.admin()
+        admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=2)
+        admin.wait_for_topic(TOPIC, 120)
+        writer = Writer(cluster)
+        writer.thread.start()
+        wait_for(lambda: len(writer.acked) > 200, 60, "the first acknowledged records")
+
+        # 2. A fourth disk joins and takes its share.
+        log("adding disk d4")
+        began = time.monotonic()
+        local.add_disk("d4")
+        disk_of = {b.broker_id: b.disk for b in admin.brokers()}
+        new = next(b for b, d in disk_of.items() if d == "d4")
+        report["new_broker"] = new
+
+        def balanced():
+            s = admin.describe_balancer()
+            brokers = sorted(disk_of)
+            ok = (not s.in_flight and s.replicas.get(new, 0) > 0
+                  and spread(s.replicas, brokers) <= 1 and spread(s.leaders, brokers) <= 1)
+            return s if ok else None
+
+        status = wait_for(balanced, 120, "the new broker's share of replicas and leaders")
+        timings["node_add_balanced"] = round(time.monotonic() - began, 1)
+        report["after_node_add"] = {"replicas": status.replicas, "leaders": status.leaders,
+                                    "moves_started": status.moves_started}  # fmt: skip
+
+        # 3. A broker is drained.
+        drained = next(b for b, d in disk_of.items() if d == "d2")
+        log(f"draining broker {drained}")
+        began = time.monotonic()
+        admin.drain_broker(drained)
+        status = wait_for(lambda: (lambda s: s if s.replicas.get(drained) == 0
+                                   and s.leaders.get(drained) == 0 and not s.in_flight
+                                   else None)(admin.describe_balancer()),
+                          120, "the drained broker to be empty")  # fmt: skip
+        timings["drained"] = round(time.monotonic() - began, 1)
+        report["drained_broker"] = drained
+        report["after_drain"] = {"replicas": status.replicas, "leaders": status.leaders,
+                                 "draining": status.draining}  # fmt: skip
+
+        # 4. A broker is lost for good and healed.
+        lost = next(b for b, d in disk_of.items() if d == "d3")
+        log(f"killing broker {lost}'s node for good")
+        began = time.monotonic()
+        local.kill("d3")
+
+        def healed():
+            partitions = admin.describe_topic(TOPIC).partitions
+            return all(lost not in p.replicas and len(p.isr) == 2 for p in partitions)
+
+        wait_for(healed, 120, "the lost broker's replicas to be re-created")
+        timings["healed"] = round(time.monotonic() - began, 1)
+        report["lost_broker"] = lost
+        report["after_heal"] = [p.replicas for p in admin.describe_topic(TOPIC).partitions]
+
+        # 5. Nothing acknowledged is lost.
+        writer.stop()
+        read = read_everything(cluster)
+        report["acked"] = len(writer.acked)
+        report["failed_sends"] = writer.failed
+        report["read"] = len(read)
+        report["lost"] = len(writer.acked - set(read))
+        report["duplicates"] = len(read) - len(set(read))
+        writer = None
+    except Exception:
+        report["error"] = traceback.format_exc()
+        try:  # what the balancer saw, for the failure's reader
+            report["balancer_at_error"] = admin.describe_balancer()._asdict()
+            report["partitions_at_error"] = [p._asdict() for p in
+                                             admin.describe_topic(TOPIC).partitions]
+        except Exception:  # noqa: BLE001 - the cluster may be what failed
+            pass
+    finally:
+        if writer is not None:
+            try:
+                writer.stop()
+            except Exception:  # noqa: BLE001 - the cluster is going down anyway
+                pass
+        local.shutdown()
+    return report
+
+
+if __name__ == "__main__":
+    print("REPORT " + json.dumps(main(sys.argv[1]), default=str))

@@ -1,0 +1,111 @@
+"""``rafka brokers drain|undrain`` and ``rafka balancer status|rebalance`` without Ray: the
+commands run through ``main`` against a stub Admin, so what they ask for and print is checked
+in milliseconds."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from rafka.cli import balancer as balancer_cli
+from rafka.cli import main
+from rafka.types import BalancerMove, BalancerPlan, BalancerStatus
+from tests.cli_help import help_without_ray
+
+PLAN = BalancerPlan(
+    moves=[BalancerMove("orders", 3, [1, 4], 2, 4, "replicas per broker")],
+    leader_moves=[("orders", 0, 4, "leaders per broker")],
+    violations={"rack awareness": ["orders-5 spans too few racks"]},
+)
+STATUS = BalancerStatus(
+    mode="node_add", goals=["leaving brokers hold nothing"], balancing_node_add=False,
+    draining=[2], dead={3: 42_000}, heal_after_ms=600_000,
+    in_flight=[{"topic": "orders", "partition": 1, "adding": [4], "removing": [2],
+                "isr": [1, 2]}],
+    replicas={1: 4, 2: 1, 3: 2, 4: 3}, leaders={1: 2, 2: 0, 3: 1, 4: 1}, moves_started=7,
+    pending=PLAN,
+)  # fmt: skip
+
+
+class StubAdmin:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def drain_broker(self, broker_id):
+        self.calls.append(("drain_broker", broker_id))
+        return STATUS
+
+    def undrain_broker(self, broker_id):
+        self.calls.append(("undrain_broker", broker_id))
+        return STATUS
+
+    def describe_balancer(self):
+        self.calls.append(("describe_balancer",))
+        return STATUS
+
+    def rebalance(self, dry_run=True):
+        self.calls.append(("rebalance", dry_run))
+        return PLAN
+
+
+@pytest.fixture
+def admin(monkeypatch) -> StubAdmin:
+    stub = StubAdmin()
+
+    @contextlib.contextmanager
+    def connected(args, need_ray=False):
+        yield SimpleNamespace(admin=lambda: stub)
+
+    monkeypatch.setattr(balancer_cli, "connected", connected)
+    return stub
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    status = main(list(argv))
+    return status, capsys.readouterr().out
+
+
+def test_drain_and_undrain_ask_for_the_broker_and_print_the_status(admin, capsys):
+    status, out = run(capsys, "brokers", "drain", "2")
+    assert status == 0 and admin.calls == [("drain_broker", 2)]
+    assert "Mode: node_add" in out
+    rows = [line.split() for line in out.splitlines()]
+    assert ["2", "1", "0", "draining"] in rows and ["3", "2", "1", "dead", "42", "s"] in rows
+    assert "Moving orders-1: adding [4], removing [2], in sync [1, 2]" in out
+    run(capsys, "brokers", "undrain", "2")
+    assert admin.calls[-1] == ("undrain_broker", 2)
+
+
+def test_rebalance_previews_unless_told_to_execute(admin, capsys):
+    status, out = run(capsys, "balancer", "rebalance")
+    assert status == 0 and admin.calls == [("rebalance", True)]
+    assert out.splitlines() == [
+        "Would start: 1 replica move(s), 1 leadership move(s)",
+        "  orders-3: broker 2 -> 4 (replicas per broker)",
+        "  orders-0: leader -> 4 (leaders per broker)",
+        "Still wrong (rack awareness): orders-5 spans too few racks",
+    ]
+    run(capsys, "balancer", "rebalance", "--execute")
+    assert admin.calls[-1] == ("rebalance", False)
+
+
+def test_status_as_json_holds_every_field(admin, capsys):
+    status, out = run(capsys, "balancer", "status", "--json")
+    found = json.loads(out)
+    assert status == 0 and found["mode"] == "node_add" and found["draining"] == [2]
+    assert found["pending"]["moves"][0]["destination"] == 4
+
+
+def test_a_broker_id_that_is_not_a_number_is_a_usage_error(admin, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["brokers", "drain", "two"])
+    assert info.value.code == 2 and admin.calls == []
+
+
+def test_brokers_and_balancer_help_do_not_import_ray():
+    done = help_without_ray(["brokers", "--help"], ["balancer", "rebalance", "--help"])
+    assert done.returncode == 0, done.stderr
+    assert "--execute" in done.stdout and "drain" in done.stdout
