@@ -29,7 +29,9 @@ owns it, all sharing one ``ControllerCore`` (metadata log, lock, settings, liven
   the metadata (states pushed, missing actors created, strays deleted);
 - ``TopicAdmin`` (``topic_admin``): create, grow, configure, delete, describe topics;
 - ``CoordinatorShards`` (``coordinator_shards``): the group coordinator actors;
-- ``BrokerCalls`` (``broker_calls``): the calls to node agents and replica actors.
+- ``BrokerCalls`` (``broker_calls``): the calls to node agents and replica actors;
+- ``DiskJoins`` (``disk_joins``): a node agent for every disk node that joins, and a restart
+  for one whose node is up but which is not heard.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from rafka.actors.balancing import Balancing
 from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.broker_watch import BrokerWatch
 from rafka.actors.controller_core import ControllerCore, now_ms
+from rafka.actors.disk_joins import DiskJoins, ray_agent_exists, ray_restart_agent
 from rafka.actors.coordinator_shards import CoordinatorShards
 from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.partition_changes import PartitionChanges
@@ -80,6 +83,9 @@ class Controller:
         parts = build_parts(store, settings, namespace, RayActors(namespace), self.logger)
         for name, part in parts.items():
             setattr(self, name, part)
+        self.joins = DiskJoins(self.core, _live_disks, ray_agent_exists(namespace),
+                               lambda disk: _start_node_agent(data_root, disk, namespace),
+                               ray_restart_agent(namespace))  # fmt: skip
         self.settings = self.core.settings
         self._producer_ids: range = range(0)
         self._started = False
@@ -108,6 +114,7 @@ class Controller:
             # lead it.)
             self.core.spawn(self._reconcile_then_repeat())
             self.core.spawn(self.balancing.run())
+            self.core.spawn(self.joins.run())
 
     async def _reconcile_then_repeat(self) -> None:
         try:
@@ -340,6 +347,18 @@ class Controller:
             if isinstance(outcome, BaseException):  # that disk's replicas recover on start
                 self.logger.warning("could not stop the replicas of a disk cleanly: %r", outcome)
         return sum(n for n in stopped if isinstance(n, int))
+
+
+def _live_disks() -> list[str]:
+    from rafka.actors.service import live_disks  # service imports this module
+
+    return live_disks()
+
+
+def _start_node_agent(data_root: str, disk: str, namespace: str) -> None:
+    from rafka.actors.service import start_node_agent
+
+    start_node_agent(data_root, disk, namespace)
 
 
 def build_parts(

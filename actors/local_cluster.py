@@ -107,6 +107,12 @@ class LocalCluster:
                 raise TimeoutError(f"the node of disk {disk!r} did not come up in {timeout_s} s")
             time.sleep(0.1)
 
+    def join_disk(self, disk: str) -> None:
+        """A node with a new disk joins and nothing else is done: the controller notices it
+        and starts its node agent (a broker) by itself."""
+        self.revive(disk)
+        self.disks.append(disk)
+
     def add_disk(self, disk: str) -> None:
         """A node with a new disk joins; rafka starts a node agent (a broker) for it, as
         ``rafka up`` does on a real cluster."""

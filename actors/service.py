@@ -260,13 +260,7 @@ def start_services(
             max_concurrency=1000, **pinned_to_disk(disk, resource),
         ).remote(data_root, disk, namespace, settings or {})  # fmt: skip
     ray.get(controller.ping.remote(), timeout=timeout_s)
-    agents = [
-        ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(NodeAgent).options(
-            name=agent_name(disk), namespace=namespace, get_if_exists=True,
-            max_concurrency=1000, **pinned_to_disk(disk),
-        ).remote(data_root, disk, namespace)  # fmt: skip
-        for disk in disks
-    ]
+    agents = [node_agent(data_root, disk, namespace) for disk in disks]
     starts = [a.start.remote() for a in agents]
     for disk, started in zip(disks, starts):
         try:
@@ -277,6 +271,20 @@ def start_services(
             log.warning("the node agent of disk %s did not start: %r", disk, e)
     ray.get(controller.reconcile.remote(), timeout=timeout_s)
     return controller
+
+
+def node_agent(data_root: str, disk: str, namespace: str):
+    """The node agent of ``disk`` (created, pinned to the disk's node, if it does not exist)."""
+    return ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(NodeAgent).options(
+        name=agent_name(disk), namespace=namespace, get_if_exists=True,
+        max_concurrency=1000, **pinned_to_disk(disk),
+    ).remote(data_root, disk, namespace)  # fmt: skip
+
+
+def start_node_agent(data_root: str, disk: str, namespace: str, timeout_s: float = 120.0) -> None:
+    """Start the node agent of a disk that joined: it registers the disk as a broker."""
+    agent = node_agent(data_root, disk, namespace)
+    ray.get(agent.start.remote(), timeout=timeout_s)
 
 
 def needs_start(namespace: str, timeout_s: float = 60.0) -> bool:

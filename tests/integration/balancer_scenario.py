@@ -2,7 +2,8 @@
 balancer on a LocalCluster of three disk nodes, with an acks=all producer writing all along.
 
 1. A topic of 6 partitions, RF=2, placed on the three brokers.
-2. A fourth disk node joins (``add_disk``, as ``rafka up`` on a real cluster): in the default
+2. A fourth disk node joins (``join_disk``: a Ray node declaring ``rafka_disk``, nothing
+   else): the controller starts its node agent, so it becomes a broker, and in the default
    ``node_add`` mode the balancer gives it its share, replicas and leaders per broker within
    one of each other, with no command.
 3. ``admin.drain_broker`` empties one broker of its replicas and leaderships.
@@ -124,12 +125,15 @@ def main(data_dir: str) -> dict[str, Any]:
         writer.thread.start()
         wait_for(lambda: len(writer.acked) > 200, 60, "the first acknowledged records")
 
-        # 2. A fourth disk joins and takes its share.
-        log("adding disk d4")
+        # 2. A fourth disk node joins: it becomes a broker and takes its share by itself.
+        log("a node with disk d4 joins")
         began = time.monotonic()
-        local.add_disk("d4")
+        local.join_disk("d4")
+        (new,) = wait_for(lambda: next(((b.broker_id,) for b in admin.brokers()
+                                        if b.disk == "d4"), None),
+                          60, "the joined disk to become a broker")  # fmt: skip
+        timings["joined_disk_registered"] = round(time.monotonic() - began, 1)
         disk_of = {b.broker_id: b.disk for b in admin.brokers()}
-        new = next(b for b, d in disk_of.items() if d == "d4")
         report["new_broker"] = new
 
         def balanced():

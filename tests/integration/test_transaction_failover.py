@@ -10,14 +10,12 @@ connection; see txn_failover_scenario.py); each test checks one part of what it 
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 from typing import Any
 
 import pytest
+
+from tests.integration.scenario_process import run_scenario
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "txn_failover_scenario.py")
 #: The scenario takes about a minute; a failing one waits out its bounded waits first.
@@ -28,32 +26,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict[str, Any]:
-    """The scenario's REPORT, run in a session of its own so that a run past its time is
-    killed with every process it started (the Ray nodes of its LocalCluster)."""
-    work = tmp_path_factory.mktemp("txn-failover")
-    stderr_path = work / "stderr.log"
-    proc = subprocess.Popen(
-        [sys.executable, SCRIPT, str(work / "data")], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=SCRIPT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        stderr_path.write_text(err)
-        pytest.fail(f"the scenario did not finish in {SCRIPT_TIMEOUT_S} s (output in "
-                    f"{stderr_path}); its end:\n{err[-5000:]}")  # fmt: skip
-    finally:
-        if proc.poll() is None:  # interrupted: take its Ray nodes down with it
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    stderr_path.write_text(err)
-    lines = [line for line in out.splitlines() if line.startswith("REPORT ")]
-    assert lines, f"no report, exit {proc.returncode} (output in {stderr_path}):\n{err[-3000:]}"
-    found = json.loads(lines[-1][len("REPORT "):])
+    found = run_scenario(SCRIPT, tmp_path_factory.mktemp("txn-failover"), SCRIPT_TIMEOUT_S)
     print("\n" + found["summary"])
-    assert "error" not in found, found["error"] + f"\n(output in {stderr_path})"
     return found
 
 
