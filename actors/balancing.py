@@ -58,6 +58,7 @@ class Balancing:
         self.balancing_node_add = False
         self.last_plan: Plan | None = None
         self.moves_started = 0
+        self._round = asyncio.Lock()  # one planning round at a time
 
     # -- settings and view ---------------------------------------------------------------------
 
@@ -111,10 +112,17 @@ class Balancing:
                 self.core.logger.exception("balancer tick failed")
 
     async def tick(self, requested: bool = False) -> Plan:
-        """One round: plan with the goals pursued now and start what it says."""
+        """One round: plan with the goals pursued now and start what it says. Rounds never
+        overlap (each plans on what the previous one started)."""
+        async with self._round:
+            return await self._tick(requested)
+
+    async def _tick(self, requested: bool) -> Plan:
         now = now_ms()
         settings = self.settings()
         view = self.view(now)
+        if await self._cancel_moves_to_leaving(view, settings, now):
+            view = self.view(now)
         goals = active_goals(settings.mode, self.balancing_node_add, requested)
         result = plan(view, settings, self.history, now, goals)
         if self.balancing_node_add and result.empty and not any(p.moving for p in
@@ -125,7 +133,37 @@ class Balancing:
         self.history.forget_before(now - settings.cooldown_ms)
         return result
 
+    async def _cancel_moves_to_leaving(self, view: ClusterView, settings: BalancerSettings,
+                                       now: int) -> bool:  # fmt: skip
+        """Cancel reassignments adding a replica on a broker that is leaving (drained, or
+        lost past the healing delay): that replica could never catch up, and the move would
+        hold its partition (and the throttle) forever. True if any was cancelled."""
+        heal = settings.mode is not Mode.OFF
+        leaving = {b.broker_id for b in view.brokers if b.draining or (
+            heal and not b.alive and now - b.dead_since_ms >= settings.heal_after_ms)}
+        cancelled = False
+        for p in view.partitions:
+            if set(p.adding) & leaving:
+                try:
+                    await self.reassignments.cancel_reassignment(p.topic, [p.partition])
+                    cancelled = True
+                    self.core.logger.info("balancer: cancelled the move of %s-%d to leaving "
+                                          "broker(s) %s", p.topic, p.partition,
+                                          sorted(set(p.adding) & leaving))  # fmt: skip
+                except RafkaError as e:
+                    self.core.logger.info("balancer: could not cancel the move of %s-%d: %s",
+                                          p.topic, p.partition, e)  # fmt: skip
+        return cancelled
+
     async def carry_out(self, result: Plan, now: int) -> None:
+        # Leaderships first: a partition planned to change leader and to move is reordered
+        # and elected before its reassignment starts (the plan's target keeps that order).
+        for lead in result.leader_moves:
+            try:
+                await self._lead(lead)
+            except RafkaError as e:
+                self.core.logger.info("balancer: %s-%d leadership not moved: %s", lead.topic,
+                                      lead.partition, e)  # fmt: skip
         for move in result.moves:
             try:
                 await self.reassignments.reassign_partitions(
@@ -138,12 +176,6 @@ class Balancing:
             self.moves_started += 1
             self.core.logger.info("balancer (%s): %s-%d from broker %d to %d", move.goal.value,
                                   move.topic, move.partition, move.source, move.destination)
-        for lead in result.leader_moves:
-            try:
-                await self._lead(lead)
-            except RafkaError as e:
-                self.core.logger.info("balancer: %s-%d leadership not moved: %s", lead.topic,
-                                      lead.partition, e)  # fmt: skip
 
     async def _lead(self, lead: LeaderMove) -> None:
         """Make ``lead.leader`` the preferred replica, then elect it."""
@@ -164,13 +196,13 @@ class Balancing:
                 f"broker {broker_id} is not registered; known brokers: "
                 f"{sorted(self.core.image.brokers)}"
             )
-        if draining and not set(self.core.image.brokers) - self.core.image.draining_brokers - {
-                broker_id}:  # fmt: skip
-            raise InvalidReplicaAssignment(
-                f"broker {broker_id} is the last broker not draining: its replicas would "
-                "have nowhere to go; add a disk node first"
-            )
         async with self.core.lock:
+            image = self.core.image
+            if draining and not set(image.brokers) - image.draining_brokers - {broker_id}:
+                raise InvalidReplicaAssignment(
+                    f"broker {broker_id} is the last broker not draining: its replicas would "
+                    "have nowhere to go; add a disk node first"
+                )
             if (broker_id in self.core.image.draining_brokers) != draining:
                 self.core.store.append([{"type": "drain", "broker_id": broker_id,
                                          "draining": draining}])  # fmt: skip
@@ -182,7 +214,8 @@ class Balancing:
         """Plan with every goal; start it unless ``dry_run``. Returns the plan."""
         if dry_run:
             now = now_ms()
-            result = plan(self.view(now), self.settings(), self.history, now, tuple(Goal))
+            async with self._round:
+                result = plan(self.view(now), self.settings(), self.history, now, tuple(Goal))
         else:
             result = await self.tick(requested=True)
         return plan_to_dict(result)

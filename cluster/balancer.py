@@ -112,6 +112,7 @@ class _Projection:
             for b in set(p.adding) | set(p.removing):
                 self.in_flight[b] += 1
         self.moves_in_flight = sum(1 for p in view.partitions if p.moving)
+        self.moved_now: set[tuple[str, int]] = set()  # one move per partition per plan
 
     # -- what the projection says ------------------------------------------------------------
 
@@ -171,8 +172,15 @@ class _Projection:
                 or (source_works and self.in_flight[source] >= limit))  # fmt: skip
 
     def movable(self, key: tuple[str, int], soft: bool) -> bool:
-        """Not being reassigned already; for a soft goal, not moved within the cooldown."""
-        if self.partitions[key].moving:
+        """Not being reassigned already nor moved in this plan (the controller takes one
+        reassignment of a partition at a time), led by a live in-sync replica (a new replica
+        copies the leader's log: without one the move could never complete), and, for a
+        soft goal, not moved within the cooldown."""
+        p = self.partitions[key]
+        if p.moving or key in self.moved_now:
+            return False
+        leader = self.brokers.get(p.leader)
+        if leader is None or not leader.alive or p.leader not in p.isr:
             return False
         return not (soft and self.history.cooling(key, self.now_ms, self.settings.cooldown_ms))
 
@@ -207,6 +215,7 @@ class _Projection:
             self.in_flight[source] += 1
         self.in_flight[destination] += 1
         self.moves_in_flight += 1
+        self.moved_now.add(key)
         if self.leader[key] == source:
             # The reassignment elects an in-sync replica that stays (the new one has no data
             # yet); an election planned before for this partition would be undone by it.
@@ -218,7 +227,9 @@ class _Projection:
         result.moves.append(Move(key[0], key[1], tuple(replicas), source, destination, goal))
 
     def lead(self, result: Plan, key: tuple[str, int], leader: int, goal: Goal) -> None:
+        """Elect ``leader``, made the preferred replica (first), as the controller does it."""
         self.leader[key] = leader
+        self.replicas[key] = [leader] + [b for b in self.replicas[key] if b != leader]
         result.leader_moves.append(LeaderMove(key[0], key[1], leader, goal))
 
     # -- what stays wrong ----------------------------------------------------------------------
@@ -293,11 +304,16 @@ def _leaving(state: _Projection, result: Plan) -> None:
                 -_racks_after(state, key, source, b), counts[b], b))
             if racks_first:
                 state.move(result, key, source, racks_first[0], Goal.LEAVING)
+                break  # one reassignment per partition at a time: the next tick moves more
 
 
 def _has_in_sync_copy(state: _Projection, key: tuple[str, int], source: int) -> bool:
+    """A live in-sync leader to copy from: another broker when ``source`` is lost, or the
+    draining source itself (a partition of one replica, or whose in-sync replicas all
+    drain, is copied from it and only then leaves it)."""
     partition = state.partitions[key]
-    return any(b != source and b in state.eligible for b in partition.isr)
+    leader = state.brokers.get(partition.leader)
+    return leader is not None and leader.alive and partition.leader in partition.isr
 
 
 def _racks_after(state: _Projection, key: tuple[str, int], source: int, destination: int) -> int:

@@ -17,11 +17,12 @@ class Mode(enum.Enum):
 
     OFF         only what an admin asks: drains and ``rebalance``
     NODE_ADD    the replica and leader counts are balanced when a broker joins (and on an
-                admin's ``rebalance``), drains are carried out; the default, so a disk node
-                that joins takes its share with no command, while nothing moves on its own
-                otherwise
-    CONTINUOUS  every goal all the time, and brokers dead past the healing delay are
-                replaced from the in-sync replicas
+                admin's ``rebalance``), drains are carried out, and brokers dead past the
+                healing delay are replaced from the in-sync replicas; the default, so a disk
+                node that joins takes its share with no command, while nothing moves on its
+                own otherwise (Redpanda heals only in its continuous mode; here a Ray node
+                that is gone does not come back with its disk, so healing is on by default)
+    CONTINUOUS  every goal all the time, and healing as in NODE_ADD
     """
 
     OFF = "off"

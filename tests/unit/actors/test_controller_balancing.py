@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from rafka.actors.controller_core import now_ms
 from rafka.errors import InvalidReplicaAssignment
 from tests.unit.actors.controller_fakes import (
     ControllerProcess,
@@ -96,6 +97,45 @@ def test_a_broker_that_joins_gets_replicas_in_node_add_mode_only(tmp_path, mode,
         adding = [p for p in process.image.topic("orders").partitions.values()
                   if joined in p.adding]  # fmt: skip
         assert bool(adding) is moves
+        process.store.close()
+
+    asyncio.run(main())
+
+
+def test_a_move_to_a_broker_lost_meanwhile_is_cancelled(tmp_path):
+    async def main():
+        registry = Registry()
+        process = await start(str(tmp_path / "c"), registry,
+                              {"partition.autobalancing.node.availability.timeout.sec": 1})
+        await with_topic(process)
+        await process.balancing.tick()
+        joined = (await process.brokers.heartbeat("d3", None, None, node_of(3)))[0]
+        registry.add_agent(joined, "d3")
+        await process.heartbeat_all()
+        await process.balancing.tick()
+        topic = process.image.topic("orders")
+        assert any(joined in p.adding for p in topic.partitions.values())
+        process.core.liveness.fence(joined)  # lost before the copies caught up
+        process.balancing._dead_since[joined] = now_ms() - 5_000
+        await process.balancing.tick()
+        topic = process.image.topic("orders")
+        assert not any(joined in p.adding for p in topic.partitions.values())
+        process.store.close()
+
+    asyncio.run(main())
+
+
+def test_a_draining_leader_hands_over_before_its_partition_moves(tmp_path):
+    async def main():
+        process = await start(str(tmp_path / "c"), Registry())
+        await with_topic(process, partitions=3, rf=2)
+        led = [p.partition for p in process.image.topic("orders").partitions.values()
+               if p.leader == 1]  # fmt: skip
+        assert led
+        await process.balancing.drain_broker(1, True)
+        await settle(process)
+        topic = process.image.topic("orders")
+        assert all(topic.partitions[n].leader not in (1, -1) for n in led), topic.partitions
         process.store.close()
 
     asyncio.run(main())

@@ -99,6 +99,8 @@ def check_plan(view: ClusterView, result: Plan, settings: BalancerSettings,
     for p in view.partitions:
         for b in set(p.adding) | set(p.removing):
             touched[b] += 1
+    moved = [(m.topic, m.partition) for m in result.moves]
+    assert len(moved) == len(set(moved)), f"a partition moved twice in one plan: {moved}"
     for m in result.moves:
         key = (m.topic, m.partition)
         before = parts[key].replicas
@@ -286,3 +288,24 @@ def test_a_lost_brokers_replica_goes_back_to_a_broker_the_partition_left_if_that
     result = plan(ClusterView(brokers, (p,)), BalancerSettings(), history, NOW)
     (move,) = result.moves
     assert (move.source, move.destination, move.goal) == (1, 0, Goal.LEAVING)
+
+
+def test_a_drain_completes_for_single_replica_partitions_and_brokers_sharing_one():
+    """The new replica copies from the leader, which may be the draining broker itself: a
+    partition of one replica, or one whose every in-sync replica drains, still moves."""
+    brokers = (BrokerView(0, draining=True), BrokerView(1, draining=True), BrokerView(2),
+               BrokerView(3))  # fmt: skip
+    parts = (PartitionView("t", 0, (0,), 0, (0,)), PartitionView("t", 1, (0, 1), 0, (0, 1)))
+    final, _ = run(ClusterView(brokers, parts), BalancerSettings())
+    assert all(set(p.replicas) <= {2, 3} for p in final.partitions), final.partitions
+
+
+def test_a_partition_without_a_live_in_sync_leader_is_not_moved():
+    """Nothing could copy its log to a new replica: the move would never complete."""
+    brokers = (BrokerView(0, dead_since_ms=NOW - MINUTE), BrokerView(1), BrokerView(2),
+               BrokerView(3))  # fmt: skip
+    leaderless = PartitionView("t", 0, (0, 1), -1, (0,))
+    others = tuple(PartitionView("t", p, (1, 2), 1, (1, 2)) for p in range(1, 5))
+    result = plan(ClusterView(brokers, (leaderless, *others)), BalancerSettings(),
+                  MoveHistory(), NOW, tuple(Goal))  # fmt: skip
+    assert all(m.partition != 0 for m in result.moves), result.moves
