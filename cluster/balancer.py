@@ -25,9 +25,9 @@ returns a replica within it to a broker it left (a hard goal may: a lost broker'
 re-created wherever it can be). Every move strictly lowers the goal it serves without
 raising an earlier one, so repeated planning converges.
 
-Throttle: at most ``max_moves_per_broker`` moves in flight per broker (as source or
-destination; a dead source does no work and is not counted) and ``max_moves`` in the cluster,
-the reassignments already in progress included.
+Throttle: at most ``max_moves_per_broker`` moves in flight per broker (as source, destination
+or the leader the new replica copies from; a dead source does no work and is not counted) and
+``max_moves`` in the cluster, the reassignments already in progress included.
 """
 
 from __future__ import annotations
@@ -109,8 +109,9 @@ class _Projection:
         self.disk = {b.broker_id: b.disk_used for b in view.brokers}
         self.in_flight: Counter[int] = Counter()
         for p in view.partitions:
-            for b in set(p.adding) | set(p.removing):
-                self.in_flight[b] += 1
+            if p.moving:
+                for b in _working(p.adding, p.removing, p.leader):
+                    self.in_flight[b] += 1
         self.moves_in_flight = sum(1 for p in view.partitions if p.moving)
         self.moved_now: set[tuple[str, int]] = set()  # one move per partition per plan
 
@@ -182,6 +183,8 @@ class _Projection:
         leader = self.brokers.get(p.leader)
         if leader is None or not leader.alive or p.leader not in p.isr:
             return False
+        if self.in_flight[p.leader] >= self.settings.max_moves_per_broker:
+            return False  # its leader already serves as many copies as the throttle allows
         return not (soft and self.history.cooling(key, self.now_ms, self.settings.cooldown_ms))
 
     def may_receive(self, key: tuple[str, int], broker: int, soft: bool = True) -> bool:
@@ -211,9 +214,10 @@ class _Projection:
         size = self.partitions[key].size_bytes
         self.disk[source] -= size
         self.disk[destination] += size
-        if self.brokers[source].alive:
-            self.in_flight[source] += 1
-        self.in_flight[destination] += 1
+        leader = self.partitions[key].leader
+        for b in _working((destination,), (source,) if self.brokers[source].alive else (),
+                          leader):  # fmt: skip
+            self.in_flight[b] += 1
         self.moves_in_flight += 1
         self.moved_now.add(key)
         if self.leader[key] == source:
@@ -437,14 +441,23 @@ def _cheapest(state: _Projection, source: int,
 def _led_by(state: _Projection, source: int, destination: int,
             allowed: Callable[[tuple[str, int]], bool] = lambda k: True,
             ) -> tuple[str, int] | None:  # fmt: skip
-    """A partition led by ``source`` whose in-sync replicas include ``destination``."""
-    for key in sorted(state.leader):
+    """A partition led by ``source`` whose in-sync replicas include ``destination``; one
+    whose preferred replica is ``destination`` first (no reorder, and the preferred-leader
+    restore agrees with it)."""
+    preferred_first = sorted(state.leader, key=lambda k: (state.replicas[k][0] != destination, k))
+    for key in preferred_first:
         partition = state.partitions[key]
         if (state.leader[key] == source and destination in partition.isr
                 and destination in state.replicas[key] and not partition.moving
                 and allowed(key)):  # fmt: skip
             return key
     return None
+
+
+def _working(adding, removing, leader: int) -> set[int]:
+    """The brokers a move keeps busy: those adding a replica (copying), those removing one,
+    and the leader the copies fetch from (Cruise Control counts the same)."""
+    return set(adding) | set(removing) | ({leader} if leader >= 0 else set())
 
 
 def _mean(load: dict[int, float]) -> float:

@@ -97,8 +97,9 @@ def check_plan(view: ClusterView, result: Plan, settings: BalancerSettings,
     parts = {p.key: p for p in view.partitions}
     touched: Counter = Counter()
     for p in view.partitions:
-        for b in set(p.adding) | set(p.removing):
-            touched[b] += 1
+        if p.adding or p.removing:
+            for b in set(p.adding) | set(p.removing) | {p.leader}:
+                touched[b] += 1
     moved = [(m.topic, m.partition) for m in result.moves]
     assert len(moved) == len(set(moved)), f"a partition moved twice in one plan: {moved}"
     for m in result.moves:
@@ -111,9 +112,10 @@ def check_plan(view: ClusterView, result: Plan, settings: BalancerSettings,
                                              settings.cooldown_ms), m  # fmt: skip
         if None not in racks.values() and m.goal not in (Goal.RACK_AWARE, Goal.LEAVING):
             assert len({racks[b] for b in m.replicas}) >= len({racks[b] for b in before}), m
-        touched[m.destination] += 1
-        if brokers[m.source].alive:
-            touched[m.source] += 1
+        busy = {m.destination, parts[key].leader} | ({m.source} if brokers[m.source].alive
+                                                      else set())  # fmt: skip
+        for b in busy:
+            touched[b] += 1
     for b, n in touched.items():
         assert n <= settings.max_moves_per_broker, (b, n, result.moves)
     after = apply(view, result)
@@ -309,3 +311,16 @@ def test_a_partition_without_a_live_in_sync_leader_is_not_moved():
     result = plan(ClusterView(brokers, (leaderless, *others)), BalancerSettings(),
                   MoveHistory(), NOW, tuple(Goal))  # fmt: skip
     assert all(m.partition != 0 for m in result.moves), result.moves
+
+
+def test_a_leader_serving_as_many_copies_as_the_throttle_allows_starts_no_more():
+    """The new replicas copy from the leader: it counts against the throttle as the
+    brokers adding and removing replicas do."""
+    brokers = tuple(BrokerView(b) for b in range(5))
+    busy = tuple(PartitionView("t", p, (0, 1), 0, (0, 1), adding=(1,), removing=(2,))
+                 for p in range(2))  # broker 0 leads two copies already
+    idle = tuple(PartitionView("t", p, (0, 2), 0, (0, 2)) for p in range(2, 12))
+    settings = BalancerSettings(max_moves_per_broker=2)
+    result = plan(ClusterView(brokers, busy + idle), settings, MoveHistory(), NOW,
+                  (Goal.REPLICA_COUNT,))  # fmt: skip
+    assert result.moves == [] and Goal.REPLICA_COUNT in result.violations
