@@ -93,6 +93,32 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
     "partition.autobalancing.concurrent.moves.per.broker": (
         2, int, 1, "replica moves in flight per broker, as source or destination"),
     "partition.autobalancing.concurrent.moves": (50, int, 1, "replica moves in flight"),
+    # Moves copy the log by follower fetch; Redpanda's recovery rate defaults to 100 MiB/s.
+    "replication.throttled.rate": (100 << 20, int, 0,
+                                   "bytes/s a broker sends to, and takes in for, replicas "
+                                   "being added by a move (0: no limit)"),
+    "broker.load.report.interval.ms": (5_000, int, 100,
+                                       "how often node agents report disk use and "
+                                       "partition traffic to the controller"),
+    # A partition this busy gets a host actor of its own when replicas are packed.
+    "partition.hot.bytes.per.sec": (1 << 20, int, 1,
+                                    "bytes/s in plus out above which a packed replica gets a "
+                                    "host actor of its own (replicas.per.actor > 1)"),
+    # Autoscaling (rafka.cluster.autoscaling): asks Ray for disk nodes, gives idle ones back.
+    "partition.autoscaling.enable": (False, bool, 0,
+                                     "ask Ray's autoscaler for disk nodes when brokers are "
+                                     "full, and drain and release idle autoscaled ones"),
+    "partition.autoscaling.min.brokers": (1, int, 1, "brokers never scaled below"),
+    "partition.autoscaling.max.brokers": (16, int, 1, "brokers never scaled above"),
+    "partition.autoscaling.max.replicas.per.broker": (
+        200, int, 1, "replicas one broker may hold before another node is asked for"),
+    "partition.autoscaling.max.bytes.in.per.broker": (
+        64 << 20, int, 1, "bytes/s one broker may take in before another node is asked for"),
+    "partition.autoscaling.max.bytes.out.per.broker": (
+        128 << 20, int, 1, "bytes/s one broker may send before another node is asked for"),
+    "partition.autoscaling.scale.down.delay.ms": (
+        600_000, int, 0, "how long load must stay low before an autoscaled broker is "
+        "drained and its node given back"),
 }  # fmt: skip
 
 #: The values a text setting may take.
