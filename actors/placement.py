@@ -6,6 +6,13 @@ with the node label ``rafka-disk`` (default ``local``). Its data directory is
 the host actors of partition replicas) are pinned to a disk by that label, never by Ray node id: a hard node-id
 affinity makes an actor DEAD when its node dies, while a label selector keeps it waiting and
 restarts it wherever the disk comes back.
+
+A node labelled ``rafka-disk=auto`` has an *ephemeral* disk instead: one that lives and dies
+with the node, as an autoscaled node's does (a scalable node type or worker group gives its
+nodes no identity a disk name could follow). Its disk is named ``auto-<Ray node id>`` and its
+actors are pinned to that node by node affinity, so they end with it: a broker on an
+ephemeral disk that is gone is gone for good (its replicas are healed elsewhere), and a
+scale-down drains it first.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ CONTROLLER_RESOURCE = "rafka_controller"
 DISK_LABEL = "rafka-disk"
 #: The disk name a node gets when it declares the resource but no label.
 DEFAULT_DISK = "local"
+#: The ``rafka-disk`` label value of a node whose disk is ephemeral (see above).
+EPHEMERAL_DISK_LABEL_VALUE = "auto"
+#: An ephemeral disk's name: this prefix and the Ray node id (56 hex digits).
+EPHEMERAL_DISK_PREFIX = "auto-"
 #: Environment variable holding the root of every disk's data directory.
 DATA_DIR_ENV = "RAFKA_DATA_DIR"
 #: Where data lives when RAFKA_DATA_DIR is unset: relative to the process that starts rafka.
@@ -58,6 +69,23 @@ def check_disk_name(disk: str) -> str:
             f"{DISK_LABEL!r})"
         )
     return disk
+
+
+def node_disk_name(labels: dict[str, str] | None, node_id: str) -> str:
+    """The disk name of a node that declares the disk resource, from its labels."""
+    label = (labels or {}).get(DISK_LABEL, DEFAULT_DISK)
+    if label == EPHEMERAL_DISK_LABEL_VALUE:
+        return check_disk_name(EPHEMERAL_DISK_PREFIX + node_id)
+    return check_disk_name(label)
+
+
+def ephemeral_node(disk: str) -> str | None:
+    """The Ray node id of an ephemeral disk; None for a named (persistent) disk."""
+    if disk.startswith(EPHEMERAL_DISK_PREFIX):
+        node_id = disk[len(EPHEMERAL_DISK_PREFIX):]
+        if len(node_id) == 56 and all(c in "0123456789abcdef" for c in node_id):
+            return node_id
+    return None
 
 
 def disk_dir(data_root: str, disk: str) -> str:
@@ -99,11 +127,20 @@ def transaction_coordinator_name(shard: int) -> str:
 
 def pinned_to_disk(disk: str, resource: str = DISK_RESOURCE) -> dict[str, Any]:
     """Ray actor options that pin an actor to ``disk`` (a node labelled with it that offers
-    ``resource``) and restart it there forever."""
+    ``resource``) and restart it there forever; for an ephemeral disk, to its node, for as
+    long as the node lives."""
+    node_id = ephemeral_node(disk)
+    if node_id is not None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        where: dict[str, Any] = {
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+    else:
+        where = {"label_selector": {DISK_LABEL: check_disk_name(disk)}}
     return {
         "num_cpus": 0,
         "resources": {resource: PINNED_DISK_SHARE},
-        "label_selector": {DISK_LABEL: check_disk_name(disk)},
+        **where,
         "max_restarts": -1,
         "max_task_retries": 0,
         "lifetime": "detached",

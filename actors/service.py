@@ -26,6 +26,8 @@ from rafka.actors.placement import (
     DISK_RESOURCE,
     agent_name,
     check_disk_name,
+    ephemeral_node,
+    node_disk_name,
     pinned_to_disk,
 )
 from rafka.errors import BrokerNotAvailable
@@ -197,7 +199,7 @@ def live_disks() -> list[str]:
     disks = []
     for node in ray.nodes():
         if node.get("Alive") and node.get("Resources", {}).get(DISK_RESOURCE, 0) > 0:
-            disks.append(check_disk_name((node.get("Labels") or {}).get(DISK_LABEL, DEFAULT_DISK)))
+            disks.append(node_disk_name(node.get("Labels"), node["NodeID"]))
     duplicates = {d for d in disks if disks.count(d) > 1}
     if duplicates:
         raise BrokerNotAvailable(
@@ -210,7 +212,7 @@ def live_disks() -> list[str]:
 def controller_nodes() -> list[str]:
     """Disk labels of the alive nodes that offer a dedicated controller place."""
     return sorted(
-        check_disk_name((node.get("Labels") or {}).get(DISK_LABEL, DEFAULT_DISK))
+        node_disk_name(node.get("Labels"), node["NodeID"])
         for node in ray.nodes()
         if node.get("Alive") and node.get("Resources", {}).get(CONTROLLER_RESOURCE, 0) > 0
     )  # fmt: skip
@@ -248,7 +250,10 @@ def start_services(
         controller = _wait_until_replaced(namespace, controller, timeout_s)
     if controller is None:
         dedicated = controller_nodes()
-        disk = controller_disk or (dedicated[0] if dedicated else disks[0])
+        # A disk that lives on goes first: the controller on an ephemeral disk would end
+        # with its node.
+        lasting = [d for d in disks if ephemeral_node(d) is None]
+        disk = controller_disk or (dedicated[0] if dedicated else (lasting or disks)[0])
         if disk not in disks and disk not in dedicated:
             raise BrokerNotAvailable(
                 f"controller disk {disk!r} is not on a live node; live disks: {disks}"

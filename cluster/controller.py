@@ -52,9 +52,20 @@ def register_broker(
             f"got {rack!r}"
         )
     rack = rack or None
+    if disk in image.retired_brokers.values():
+        raise InvalidConfig(
+            f"disk {disk!r} belonged to a broker that was drained and retired (its node given "
+            "back to Ray); a retired disk does not rejoin: give the node a new disk name"
+        )
     known = image.broker_for_disk(disk)
     if broker_id is None:
-        broker_id = known.broker_id if known else max(image.brokers, default=-1) + 1
+        used = [*image.brokers, *image.retired_brokers]
+        broker_id = known.broker_id if known else max(used, default=-1) + 1
+    elif broker_id in image.retired_brokers:
+        raise InvalidConfig(
+            f"disk {disk!r} claims broker id {broker_id}, which was retired; a retired broker "
+            "does not rejoin: clear the disk's data directory to join as a new broker"
+        )
     holder = image.brokers.get(broker_id)
     if holder is not None and holder.disk != disk:
         raise InvalidConfig(

@@ -27,6 +27,9 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
                                                        heartbeats) or came back
     drain       {broker_id, draining}                  an admin asked for a broker to be
                                                        emptied (or no longer)
+    retire      {broker_id}                            an emptied broker was removed for good
+                                                       (its node given back to Ray); its id
+                                                       and disk are never used again
     controller  {epoch}                                a controller process took over the log
     settings    {settings}                             the cluster settings now in force
     host_slots  {broker_id, next}                      host slots below ``next`` were used
@@ -164,6 +167,7 @@ class MetadataImage:
         self.replica_nodes: dict[tuple[str, int, int], str] = {}
         self.fenced_brokers: set[int] = set()
         self.draining_brokers: set[int] = set()  # the balancer empties them
+        self.retired_brokers: dict[int, str] = {}  # broker id -> disk, removed for good
         # Ids of deleted topics: only their leftovers are deleted; a replica of a topic id
         # this metadata never knew may belong to another cluster's metadata, and is kept.
         self.deleted_topics: set[str] = set()
@@ -264,6 +268,12 @@ class MetadataImage:
                 self.draining_brokers.add(record["broker_id"])
             else:
                 self.draining_brokers.discard(record["broker_id"])
+        elif kind == "retire":
+            broker = self.brokers.pop(record["broker_id"])
+            self.retired_brokers[broker.broker_id] = broker.disk
+            self.draining_brokers.discard(broker.broker_id)
+            self.fenced_brokers.discard(broker.broker_id)
+            self.broker_nodes.pop(broker.broker_id, None)
         elif kind == "controller":
             self.controller_epoch = max(self.controller_epoch, record["epoch"])
         elif kind == "settings":
@@ -291,6 +301,9 @@ class MetadataImage:
             {"type": "broker", "broker_id": b.broker_id, "disk": b.disk, "rack": b.rack}
             for b in self.brokers.values()
         ]
+        for broker_id, disk in self.retired_brokers.items():
+            out += [{"type": "broker", "broker_id": broker_id, "disk": disk, "rack": None},
+                    {"type": "retire", "broker_id": broker_id}]  # fmt: skip
         for topic in self.topics.values():
             out.append({
                 "type": "topic", "topic_id": topic.topic_id, "name": topic.name,
@@ -363,6 +376,14 @@ class MetadataImage:
                 elif kind == "delete":
                     del topics[topic_id]
                     names = {n: t for n, t in names.items() if t != topic_id}
+            elif kind == "retire":
+                broker_id = record.get("broker_id")
+                if broker_id not in self.brokers:
+                    raise InvalidRecord(f"retire names broker {broker_id}, which is not registered")
+                held = [f"{t.name}-{p.partition}" for t, p in self.replicas_on(broker_id)]
+                if held:
+                    raise InvalidRecord(f"broker {broker_id} still holds replicas of {held[:5]}: "
+                                        "drain it before retiring it")  # fmt: skip
             elif kind == "replica_nodes":
                 missing = [k for k in record["replicas"] if k[0] not in topics]
                 if missing:

@@ -278,9 +278,10 @@ def record_sequences(draw):
     topics: dict[str, dict] = {}  # topic id -> {"name", "partitions"}
     names = set()
     next_id = 0
+    retired: set[int] = set()
     for _ in range(draw(st.integers(0, 40))):
         kinds = ["broker", "topic", "producer_ids", "fenced", "drain", "controller",
-                 "settings", "request"]
+                 "settings", "request", "retire"]
         if topics:
             kinds += ["partition", "config", "delete"]
         kind = draw(st.sampled_from(kinds))
@@ -332,6 +333,15 @@ def record_sequences(draw):
         elif kind == "drain":
             records.append({"type": "drain", "broker_id": draw(st.integers(0, 6)),
                             "draining": draw(st.booleans())})  # fmt: skip
+        elif kind == "retire":
+            # Ids 7-9 are never named by a partition (those draw 0-6), so they hold nothing.
+            broker_id = draw(st.integers(7, 9))
+            if broker_id in retired:
+                continue
+            retired.add(broker_id)
+            records += [broker_record(broker_id, f"/auto-{broker_id}", None),
+                        {"type": "drain", "broker_id": broker_id, "draining": True},
+                        {"type": "retire", "broker_id": broker_id}]  # fmt: skip
         elif kind == "controller":
             records.append({"type": "controller", "epoch": draw(st.integers(0, 9))})
         elif kind == "settings":
@@ -941,3 +951,27 @@ def test_only_the_latest_admin_request_ids_are_remembered():
                    for i in range(REMEMBERED_REQUESTS + 5)])  # fmt: skip
     assert len(image.requests) == REMEMBERED_REQUESTS
     assert "4" not in image.requests and "5" in image.requests
+
+
+def test_a_retired_broker_leaves_the_brokers_and_its_id_and_disk_are_never_used_again():
+    image = image_with(broker_record(0, "a", None), broker_record(1, "auto-x", None),
+                       {"type": "drain", "broker_id": 1, "draining": True},
+                       {"type": "retire", "broker_id": 1})  # fmt: skip
+    assert set(image.brokers) == {0} and image.retired_brokers == {1: "auto-x"}
+    assert not image.draining_brokers
+    assert controller.register_broker(image, "new-disk", None)[0] == 2
+    with pytest.raises(InvalidConfig, match="retired"):
+        controller.register_broker(image, "auto-x", None)
+    with pytest.raises(InvalidConfig, match="retired"):
+        controller.register_broker(image, "other", 1)
+    assert rebuilt(image).retired_brokers == {1: "auto-x"}
+
+
+def test_a_broker_holding_replicas_cannot_be_retired():
+    image = image_with(broker_record(0, "a", None), broker_record(1, "b", None),
+                       topic_record("id0", "t", {}, False),
+                       partition_record("id0", 0, [0, 1], [0, 1], 0, 0, 0))  # fmt: skip
+    with pytest.raises(InvalidRecord, match="drain it"):
+        image.check([{"type": "retire", "broker_id": 1}])
+    with pytest.raises(InvalidRecord, match="not registered"):
+        image.check([{"type": "retire", "broker_id": 5}])
