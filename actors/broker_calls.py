@@ -116,6 +116,11 @@ class BrokerCalls:
         except (asyncio.TimeoutError, BrokerNotAvailable):
             return None
 
+    def placeable_brokers(self) -> list[int]:
+        """Live brokers that may take new replicas: not draining (a broker being emptied
+        is cordoned off, as KIP-1066 does for brokers being removed)."""
+        return [b for b in self.live_brokers() if b not in self.core.image.draining_brokers]
+
     def live_brokers(self) -> list[int]:
         """Registered brokers that are not fenced and whose node agent exists."""
         live = []

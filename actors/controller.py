@@ -31,7 +31,9 @@ owns it, all sharing one ``ControllerCore`` (metadata log, lock, settings, liven
 - ``CoordinatorShards`` (``coordinator_shards``): the group coordinator actors;
 - ``BrokerCalls`` (``broker_calls``): the calls to node agents and replica actors;
 - ``DiskJoins`` (``disk_joins``): a node agent for every disk node that joins, and a restart
-  for one whose node is up but which is not heard.
+  for one whose node is up but which is not heard;
+- ``Autoscaling`` (``autoscaling``): disk nodes asked of Ray's autoscaler, and idle
+  autoscaled brokers drained, retired and given back.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any
 
 import ray
 
+from rafka.actors.autoscaling import Autoscaling, ray_request_disks, ray_stop_actors
 from rafka.actors.balancing import Balancing
 from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.broker_watch import BrokerWatch
@@ -86,6 +89,9 @@ class Controller:
         self.joins = DiskJoins(self.core, _live_disks, ray_agent_exists(namespace),
                                lambda disk: _start_node_agent(data_root, disk, namespace),
                                ray_restart_agent(namespace))  # fmt: skip
+        self.autoscaling = Autoscaling(self.core, self.balancing, ray_request_disks,
+                                       ray_stop_actors(namespace), disk)  # fmt: skip
+        self.topics.on_too_few_brokers = self.autoscaling.want_for_topic
         self.settings = self.core.settings
         self._producer_ids: range = range(0)
         self._started = False
@@ -115,6 +121,7 @@ class Controller:
             self.core.spawn(self._reconcile_then_repeat())
             self.core.spawn(self.balancing.run())
             self.core.spawn(self.joins.run())
+            self.core.spawn(self.autoscaling.run())
 
     async def _reconcile_then_repeat(self) -> None:
         try:
@@ -230,6 +237,9 @@ class Controller:
 
     async def describe_balancer(self) -> dict[str, Any]:
         return self.balancing.describe()
+
+    async def describe_autoscaler(self) -> dict[str, Any]:
+        return self.autoscaling.describe()
 
     async def reconcile(self) -> dict[str, int]:
         """Make the replica actors match the metadata now: every state pushed, missing

@@ -86,7 +86,7 @@ class CoordinatorShards:
         if name in core.image.topic_ids:
             return len(core.image.topic(name).partitions)
         wanted = setting(core.settings, replication_setting)
-        copies = max(1, min(wanted, len(self.calls.live_brokers())))
+        copies = max(1, min(wanted, len(self.calls.placeable_brokers())))
         if copies < wanted:
             core.logger.warning(
                 "%s gets %d copies, not %s=%d: only %d live broker(s)", name, copies,

@@ -66,9 +66,10 @@ class DiskJoins:
         started = []
         live = await asyncio.to_thread(self.live_disks)
         await self._restart_stuck(live)
+        retired = set(self.core.image.retired_brokers.values())
         for disk in live:
-            if disk in self._with_agent:
-                continue
+            if disk in self._with_agent or disk in retired:
+                continue  # a retired disk's node lives on until Ray releases it
             if not await asyncio.to_thread(self.agent_exists, disk):
                 if self.core.stopping:
                     break

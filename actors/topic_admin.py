@@ -20,7 +20,7 @@ stray ones.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.controller_core import (
@@ -35,7 +35,7 @@ from rafka.cluster.hosting import check_fits
 from rafka.cluster.metadata import NO_LEADER, TopicState
 from rafka.cluster.settings import setting
 from rafka.cluster.topics import is_internal
-from rafka.errors import TopicAlreadyExists, UnknownTopicOrPartition
+from rafka.errors import InvalidReplicationFactor, TopicAlreadyExists, UnknownTopicOrPartition
 from rafka.storage.config import LogConfig
 
 
@@ -46,6 +46,9 @@ class TopicAdmin:
         self.core = core
         self.calls = calls
         self.changes = changes
+        # Told of a creation refused for too few brokers (the autoscaler asks Ray for them);
+        # True when more brokers are on their way.
+        self.on_too_few_brokers: Callable[[int], bool] = lambda brokers: False
 
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, config: dict | None,
@@ -55,10 +58,20 @@ class TopicAdmin:
         async with core.lock:
             topic = self._done_before(request_id, name)
             if topic is None:
-                topic_id, records = decide.create_topic(
-                    core.image, name, partitions, replication_factor, config,
-                    calls.live_brokers(), internal,
-                )  # fmt: skip
+                live = calls.placeable_brokers()
+                try:
+                    topic_id, records = decide.create_topic(
+                        core.image, name, partitions, replication_factor, config, live,
+                        internal,
+                    )  # fmt: skip
+                except InvalidReplicationFactor as e:
+                    if replication_factor > len(live) and self.on_too_few_brokers(
+                            replication_factor):
+                        raise InvalidReplicationFactor(
+                            f"{e}; rafka has asked Ray's autoscaler for {replication_factor} "
+                            "disk nodes: retry once they have joined (rafka balancer status)"
+                        ) from None
+                    raise
                 self._check_fits(records, f"topic {name!r}")
                 core.store.append(records + _request(request_id, "create_topic", topic_id))
                 topic = core.image.topics[topic_id]
@@ -72,7 +85,8 @@ class TopicAdmin:
         async with core.lock:
             topic = self._done_before(request_id, name)
             if topic is None:
-                records = decide.create_partitions(core.image, name, total, calls.live_brokers())
+                records = decide.create_partitions(core.image, name, total,
+                                                   calls.placeable_brokers())
                 self._check_fits(records, f"growing topic {name!r} to {total} partitions")
                 topic = core.image.topic(name)
                 core.store.append(

@@ -53,6 +53,11 @@ class BrokerLiveness:
     def fence(self, broker: int) -> None:
         self.fenced.add(broker)
 
+    def forget(self, broker: int) -> None:
+        """Stop watching ``broker`` (it was retired: silence from it is expected)."""
+        self.last_heartbeat_ms.pop(broker, None)
+        self.fenced.discard(broker)
+
     def is_live(self, broker: int) -> bool:
         return broker in self.last_heartbeat_ms and broker not in self.fenced
 

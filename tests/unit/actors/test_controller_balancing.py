@@ -139,3 +139,16 @@ def test_a_draining_leader_hands_over_before_its_partition_moves(tmp_path):
         process.store.close()
 
     asyncio.run(main())
+
+
+def test_a_topic_created_while_a_broker_drains_gets_no_replica_on_it(tmp_path):
+    async def main():
+        process = await start(str(tmp_path / "c"), Registry())
+        await process.balancing.drain_broker(2, True)
+        await process.topics.create_topic("later", 6, 2, None, False, None)
+        await process.topics.create_partitions("later", 9)
+        replicas = [p.replicas for p in process.image.topic("later").partitions.values()]
+        assert replicas and not any(2 in r for r in replicas), replicas
+        process.store.close()
+
+    asyncio.run(main())

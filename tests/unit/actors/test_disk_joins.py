@@ -21,7 +21,8 @@ class Clock:
 
 
 def joins(live: list[str], with_agent: set[str], heard: set[int] | None = None,
-          clock: Clock | None = None) -> tuple[DiskJoins, list[str]]:  # fmt: skip
+          clock: Clock | None = None, retired: dict[int, str] | None = None,
+          ) -> tuple[DiskJoins, list[str]]:  # fmt: skip
     """A DiskJoins over fakes; disk ``dN`` is broker N, heard while in ``heard`` (default:
     every broker). ``started`` lists the agents started, then ("restart", disk) entries."""
     started: list = []
@@ -30,7 +31,8 @@ def joins(live: list[str], with_agent: set[str], heard: set[int] | None = None,
         started.append(disk)
         with_agent.add(disk)
 
-    image = SimpleNamespace(broker_for_disk=lambda disk: SimpleNamespace(broker_id=int(disk[1:])))
+    image = SimpleNamespace(broker_for_disk=lambda disk: SimpleNamespace(broker_id=int(disk[1:])),
+                            retired_brokers=retired or {})  # fmt: skip
     liveness = SimpleNamespace(is_live=lambda b: heard is None or b in heard)
     core = SimpleNamespace(stopping=False, logger=logging.getLogger("test"), image=image,
                            liveness=liveness)  # fmt: skip
@@ -84,3 +86,9 @@ def test_a_disk_whose_node_is_down_is_not_restarted():
     clock.now += 2 * AGENT_STUCK_S
     asyncio.run(part.check())
     assert events == []
+
+
+def test_the_node_of_a_retired_disk_gets_no_agent_while_it_lives_on():
+    live, agents = ["d1", "d2"], {"d1"}
+    part, started = joins(live, agents, retired={2: "d2"})
+    assert asyncio.run(part.check()) == [] and started == []
