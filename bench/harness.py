@@ -16,6 +16,8 @@ the named workloads (all of them when none is named) in the order of ``WORKLOADS
   produce-all  acks=all on RF=3 across three local nodes (baseline: acks=1, RF=1, same nodes)
   failover     time from killing a partition leader's node to the next acks=all write
   controller   the controller killed under a producer: the write gap, its restart, a reconcile
+  balancer     a fourth disk node joins three: time to its share, copy rate, producer p99
+               during the moves (baseline: before them), moves per minute
 
 ``clients`` (produce + consume) and ``groups`` (group) are accepted as the older names.
 
@@ -29,8 +31,10 @@ baselines instead.
 Workloads that run on one embedded Ray node (produce, consume, latency, group, transactions,
 spark) share one rafka instance, each with topics of its own that it deletes; produce-all,
 failover and controller share one ``LocalCluster`` of three disk nodes, started after the
-embedded instance is shut down. scale starts (and stops) rafka instances of its own, one after
-the other, before the shared ones: its cluster settings differ from theirs.
+embedded instance is shut down. balancer runs last, on a LocalCluster of its own (three disk
+nodes and a fourth that joins: it changes the brokers), after the shared one is shut down.
+scale starts (and stops) rafka instances of its own, one after the other, before the shared
+ones: its cluster settings differ from theirs.
 
 Every workload writes ``<results-dir>/<workload>.json`` (the machine, the command line, every
 argument, the summary rows and the workload's full report); the run writes
@@ -105,18 +109,22 @@ WORKLOADS: dict[str, Workload] = {
         Workload("controller", "bench.controller", "workload",
                  "controller killed under a producer: write gap, restart, reconcile", "local",
                  False),
+        Workload("balancer", "bench.balancer", "workload",
+                 "a disk node joins three: time to its share, producer p99, moves/min",
+                 "local", False),
     )  # fmt: skip
 }
 ALIASES = {"clients": ("produce", "consume"), "groups": ("group",), "all": tuple(WORKLOADS)}
 #: Modules with options (``add_arguments``) and tiny sizes (``TINY``), in the help's order.
 OPTION_MODULES = ("bench.storage", "bench.scale", "bench.clients", "bench.latency",
                   "bench.groups", "bench.transactions", "bench.spark", "bench.failover",
-                  "bench.controller")  # fmt: skip
+                  "bench.controller", "bench.balancer")  # fmt: skip
 OPTION_TITLES = {
     "bench.storage": "storage", "bench.scale": "scale", "bench.clients": "produce and consume",
     "bench.latency": "latency", "bench.groups": "group", "bench.transactions": "transactions",
     "bench.spark": "spark",
     "bench.failover": "produce-all and failover", "bench.controller": "controller",
+    "bench.balancer": "balancer",
 }  # fmt: skip
 
 
@@ -206,6 +214,16 @@ class Context:
                  f"{time.monotonic() - began:.1f} s")  # fmt: skip
         return self._local
 
+    def stop_local(self) -> None:
+        """Shut the shared LocalCluster down (a workload with a cluster of its own needs the
+        process's Ray connection)."""
+        if self._local is None:
+            return
+        from bench import failover
+
+        local, self._local = self._local[0], None
+        failover.stop_local(local)
+
     def peer(self):
         """The running Tansu broker (``bench.peer.TansuBroker``), or None when the peer is
         switched off or not installed (``peer_error`` says why)."""
@@ -237,11 +255,7 @@ class Context:
             try:
                 self.stop_embedded()
             finally:
-                if self._local is not None:
-                    from bench import failover
-
-                    local, self._local = self._local[0], None
-                    failover.stop_local(local)
+                self.stop_local()
                 shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
