@@ -7,7 +7,8 @@ cluster and carries the decision out:
 
 - a request is ``ray.autoscaler.sdk.request_resources`` with one ``{"rafka_disk": 1}``
   bundle per broker wanted (Ray's request is a target for the whole cluster, it replaces the
-  previous one); a node that joins becomes a broker by itself (``disk_joins``) and the
+  previous one; retired nodes Ray has not released yet are added: ``live_disks`` tells); a
+  node that joins becomes a broker by itself (``disk_joins``) and the
   balancer (mode ``node_add``) gives it its share;
 - a scale-down drains the emptiest removable broker (the balancer's drain, durable); once the
   broker holds nothing a ``retire`` record removes it from the metadata (so the node agent
@@ -41,12 +42,14 @@ class Autoscaling:
 
     def __init__(self, core: ControllerCore, balancing: Balancing,
                  request: Callable[[int], None], stop: Callable[[list[str]], None],
-                 controller_disk: str) -> None:  # fmt: skip
+                 controller_disk: str,
+                 live_disks: Callable[[], list[str]] = lambda: []) -> None:  # fmt: skip
         self.core = core
         self.balancing = balancing
         self.request = request
         self.stop = stop
         self.controller_disk = controller_disk
+        self.live_disks = live_disks
         self.state = AutoscalerState()
         self.last: Decision | None = None
         self.retired: list[int] = []
@@ -97,7 +100,9 @@ class Autoscaling:
     async def tick(self) -> Decision:
         now = now_ms()
         view = self.balancing.view(now)
-        decision = decide(view, self.settings(), self.state, self.removable(), now)
+        retired = set(self.core.image.retired_brokers.values())
+        lingering = len(retired & set(await asyncio.to_thread(self.live_disks))) if retired else 0
+        decision = decide(view, self.settings(), self.state, self.removable(), now, lingering)
         self.last = decision
         if decision.request is not None:
             self.core.logger.info("autoscaler: asking Ray for %d disk node(s) (%s)",

@@ -15,7 +15,10 @@ divided by what one broker may hold (``ceil(total / per_broker)``):
 
 The wanted count is that, clamped to ``[min_brokers, max_brokers]``, and the request is that
 many ``rafka_disk`` bundles (Ray's request is a target for the whole cluster, existing nodes
-included). The balancer then moves load onto the nodes that join.
+included), plus one per retired node Ray has not released yet (Ray counts it; rafka never
+uses it again). Once no more are wanted the request is the brokers there are, so such a node
+is not needed and Ray's idle timeout takes it. The balancer moves load onto the nodes that
+join.
 
 Scale down (hysteresis): only when the load would fit one broker fewer with every limit
 taken at ``LOW_WATER`` of its value, continuously for ``scale_down_delay_ms``, with no move
@@ -123,9 +126,10 @@ def _need(total: float, per_broker: float) -> int:
 
 
 def decide(view: ClusterView, settings: AutoscalingSettings, state: AutoscalerState,
-           removable: set[int], now_ms: int) -> Decision:  # fmt: skip
+           removable: set[int], now_ms: int, lingering: int = 0) -> Decision:  # fmt: skip
     """The autoscaler's step (see the module docstring). Updates ``state``'s timers and
-    ``requested``/``retiring`` as if the decision is carried out."""
+    ``requested``/``retiring`` as if the decision is carried out. ``lingering``: retired
+    brokers whose node Ray has not released yet (it counts them against the request)."""
     topics = state.wanted_by_topics(now_ms)
     needed, reasons = brokers_needed(view, settings, topics)
     wanted = min(max(needed, settings.min_brokers), settings.max_brokers)
@@ -142,17 +146,19 @@ def decide(view: ClusterView, settings: AutoscalingSettings, state: AutoscalerSt
         staying.append(retiring)
     if wanted > len(staying):
         state.low_since_ms = None
-        if state.requested != wanted:
-            decision.request = state.requested = wanted
+        # A retired node still up would meet part of the request and be kept for it, idle
+        # and never used again: ask for as many more.
+        if state.requested != wanted + lingering:
+            decision.request = state.requested = wanted + lingering
         return decision
     if state.retiring is not None:
         if not any(state.retiring in p.replicas for p in view.partitions):
             decision.retire, state.retiring = state.retiring, None
             decision.request = state.requested = len(staying)
         return decision
-    if state.requested is None or state.requested < len(staying):
-        # Keep what the cluster has: a request below it would let Ray take a node rafka
-        # still uses, were the node ever idle.
+    if state.requested != len(staying):
+        # Ask for what the cluster has: less would let Ray take a node rafka still uses,
+        # were the node ever idle; more would keep a retired node Ray should release.
         decision.request = state.requested = len(staying)
     low, _ = brokers_needed(view, settings, topics, LOW_WATER)
     low = max(low, settings.min_brokers)

@@ -157,3 +157,15 @@ def test_random_clusters_never_ask_outside_the_bounds_nor_drain_what_may_not_be_
                 assert decision.request is None
             if decision.retire is not None:
                 assert not any(decision.retire in p for p in partitions)
+
+
+def test_a_retired_node_ray_has_not_released_yet_is_added_to_a_scale_up_then_left_out():
+    # Ray counts every live node against its target: the retired one, idle until Ray's idle
+    # timeout, would meet a request for one more broker and be kept for it, while rafka
+    # never uses it again. Asking for one more while it lingers launches a real node; once
+    # that one has joined the request falls back to the brokers, and the idle node goes.
+    state = AutoscalerState(requested=1)
+    full = cluster(1, [(0,)] * 5)
+    assert decide(full, SETTINGS, state, set(), 0, lingering=1).request == 3
+    joined = cluster(2, [(0,)] * 3 + [(1,)] * 2)
+    assert decide(joined, SETTINGS, state, set(), 1, lingering=1).request == 2
