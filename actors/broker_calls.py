@@ -5,6 +5,8 @@ Node agents create, stop and delete replica actors (``ensure_replicas``, ``stop_
 Each replica is told its state as a dict built here (``replica_state``), which is the one
 place that decides what a replica knows of its partition and of the cluster settings; every
 state carries the controller epoch, so a replica can refuse one from an older controller.
+A replica that a move is adding also learns its share of ``replication.throttled.rate``
+(``move_shares``), and is told again when that share changes.
 
 Used by the other parts of the Controller, on its event loop; every Ray call goes through
 ``RayActors`` (a fake one in tests). Handles are cached in memory and dropped when a call to
@@ -22,17 +24,19 @@ import time
 from typing import Any
 
 from rafka.actors.controller_core import ControllerCore
+from rafka.actors.move_shares import MoveShares
 from rafka.actors.placement import agent_name, replica_name
 from rafka.actors.ray_actors import ActorDied, RayActors
 from rafka.cluster import hosting, node_restarts
 from rafka.cluster.hosting import NO_HOST, slots_of
 from rafka.cluster.metadata import PartitionState, TopicState
+from rafka.cluster.replication_quota import SHARE_FIELD
 from rafka.cluster.settings import setting
 from rafka.errors import BrokerNotAvailable
 
 #: Cluster settings the replicas need (Kafka's broker property names).
 REPLICA_SETTINGS = ("replica.lag.time.max.ms", "replica.fetch.wait.max.ms",
-                    "replica.fetch.max.bytes")  # fmt: skip
+                    "replica.fetch.max.bytes", "replication.throttled.rate")  # fmt: skip
 
 
 #: How long the reconcile waits for an agent's list of the replicas its hosts hold, s.
@@ -40,7 +44,7 @@ HOSTED_TIMEOUT_S = 20.0
 
 #: What of a replica's state may change while its actor starts (the pushes of those changes
 #: found no actor): compared with what it was created with once it runs.
-CHANGES_WHILE_STARTING = ("leader_epoch", "partition_epoch", "config", "hosts")
+CHANGES_WHILE_STARTING = ("leader_epoch", "partition_epoch", "config", "hosts", SHARE_FIELD)
 
 
 class BrokerCalls:
@@ -53,6 +57,7 @@ class BrokerCalls:
         self._replicas: dict[str, Any] = {}
         self._name_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, users)
         self._pushes: list[tuple[Any, dict]] = []  # state pushes of this event-loop turn
+        self.move_shares = MoveShares(core)
         # Replicas of new topics and partitions not started yet: clients are told their
         # partitions are not available, and describe lists them as starting.
         self.awaiting_start: set[tuple[str, int, int]] = set()
@@ -174,6 +179,7 @@ class BrokerCalls:
             "hosts": slots_of(self.core.image, topic.topic_id, p.partition, p.replicas),
             "controller_epoch": self.core.image.controller_epoch,
             "settings": {k: settings[k] for k in REPLICA_SETTINGS if k in settings},
+            SHARE_FIELD: self.move_shares.share(p, broker_id),
         }  # fmt: skip
 
     def states_by_broker(self, topic: TopicState, partitions) -> dict[int, list[dict]]:
@@ -349,6 +355,12 @@ class BrokerCalls:
 
     def _send_pushes(self) -> None:
         pushes, self._pushes = self._pushes, []
+        # Moves started or ended: the other copying replicas of their brokers get new shares.
+        queued = {(s["topic_id"], s["partition"], s["broker_id"]) for _, s in pushes}
+        for topic, p, b in self.move_shares.to_tell_again(queued):
+            handle = self.replica(topic.topic_id, p.partition, b)
+            if handle is not None and self.core.liveness.is_live(b):
+                pushes.append((handle, self.replica_state(topic, p, b)))
 
         def gone(state: dict) -> None:
             self.forget_replica(state["topic_id"], state["partition"], state["broker_id"])

@@ -464,6 +464,7 @@ class PartitionReplica:
             "log_end_offset": log_.log_end_offset, "size_bytes": log_.size_bytes,
             "segments": len(log_.segments), "pid": os.getpid(),
             "replica_epoch": self.replica_epoch,
+            "throttle": self.follower.throttle.describe(),  # replication.throttled.rate
             "recovery": log_.recovery_report.summary() if log_.recovery_report else "",
         }  # fmt: skip
 

@@ -7,7 +7,9 @@ hears nothing useful for ``STATE_PULL_AFTER_S`` asks the controller for the part
 since a pushed state may have been lost. A local write that fails (a full or failing disk,
 a refused append) does not end the loop: the follower reports itself failed to the
 controller, which takes it out of the ISR, and retries with backoff; once its writes work
-again it catches up and the leader proposes it back.
+again it catches up and the leader proposes it back. A replica that a move is adding copies
+at its share of ``replication.throttled.rate`` (``follower_throttle``): it waits out its
+byte budget before each fetch until it catches up; other followers never wait.
 
 Owned by one ``PartitionReplica`` and run on its event loop; the replica starts the loop when
 it becomes a follower and stops it when it leads, closes, or the leader moves (an outstanding
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
+from rafka.actors.follower_throttle import FollowerThrottle
 from rafka.actors.replica_handle import find_replica
 from rafka.cluster.hosting import NO_HOST
 from rafka.cluster.metadata import NO_LEADER
@@ -58,6 +61,8 @@ class ReplicaFollower:
         self.replica = replica
         self._task: asyncio.Task | None = None
         self._handles: dict[int, Any] = {}  # broker id -> (host slot, that broker's replica)
+        # Kept across loops: the budget and its counters outlive a leader change.
+        self.throttle = FollowerThrottle()
 
     @property
     def started(self) -> bool:
@@ -126,11 +131,18 @@ class ReplicaFollower:
             if leader_id == NO_LEADER or leader_id == r.broker_id:
                 await asyncio.sleep(0.1)
                 continue
+            waited = await self.throttle.pay(r)
+            if waited:
+                # Waiting for the budget is not the leader's silence; and the state may have
+                # changed meanwhile: look at it again.
+                last_progress += waited
+                continue
             wait_ms = idle_wait_ms if empty_answers >= IDLE_AFTER_EMPTY_FETCHES else busy_wait_ms
             try:
                 handle = self._leader_handle(leader_id)
                 args = (r.broker_id, s["leader_epoch"], r.log.log_end_offset,
-                        r.log.latest_epoch, max_bytes, wait_ms, r.replica_epoch)  # fmt: skip
+                        r.log.latest_epoch, self.throttle.ask_size(max_bytes), wait_ms,
+                        r.replica_epoch)  # fmt: skip
                 fetch = (r.fetches.replicate(handle, *args) if r.fetches is not None
                          else handle.replicate.remote(*args))  # fmt: skip
                 answer = await asyncio.wait_for(fetch, wait_ms / 1000 + 5.0)
@@ -172,6 +184,10 @@ class ReplicaFollower:
                 write_delay = min(max(write_delay * 2, WRITE_RETRY_FIRST_S), WRITE_RETRY_MAX_S)
                 await asyncio.sleep(write_delay)
                 continue
+            # Caught up: the leader may take it into the ISR now (its rule: the follower's
+            # log reaches the high watermark), so it is no longer held back.
+            self.throttle.took(len(records), not errno and div_end < 0
+                               and r.log.log_end_offset >= hw)  # fmt: skip
             if write_delay:
                 r.logger.warning("writes work again; catching up")
                 write_delay = 0.0
