@@ -11,7 +11,8 @@ divided by what one broker may hold (``ceil(total / per_broker)``):
 - disk, the partitions' sizes times their replicas over ``disk_threshold`` of the smallest
   reported disk (no report: not counted),
 - the largest replication factor in use, and the one a topic creation was refused for
-  (``wanted_by_topics``: a topic cannot be created on fewer brokers than its factor).
+  (``wanted_by_topics``: a topic cannot be created on fewer brokers than its factor), until
+  that many brokers are there or ``TOPIC_DEMAND_TTL_MS`` has passed.
 
 The wanted count is that, clamped to ``[min_brokers, max_brokers]``, and the request is that
 many ``rafka_disk`` bundles (Ray's request is a target for the whole cluster, existing nodes
@@ -78,6 +79,11 @@ class AutoscalerState:
         """A topic creation was refused: it needs ``brokers`` brokers."""
         self.topic_demand.append((brokers, now_ms))
 
+    def met_for_topics(self, brokers: int) -> None:
+        """``brokers`` are there: the creations that wanted at most that many can go ahead,
+        and their demand no longer holds brokers up (the topic's own replicas do)."""
+        self.topic_demand = [(n, t) for n, t in self.topic_demand if n > brokers]
+
     def wanted_by_topics(self, now_ms: int) -> int:
         self.topic_demand = [(n, t) for n, t in self.topic_demand
                              if now_ms - t < TOPIC_DEMAND_TTL_MS]  # fmt: skip
@@ -130,11 +136,12 @@ def decide(view: ClusterView, settings: AutoscalingSettings, state: AutoscalerSt
     """The autoscaler's step (see the module docstring). Updates ``state``'s timers and
     ``requested``/``retiring`` as if the decision is carried out. ``lingering``: retired
     brokers whose node Ray has not released yet (it counts them against the request)."""
+    staying = [b for b in view.brokers if not b.draining and (
+        b.alive or now_ms - b.dead_since_ms < settings.dead_grace_ms)]
+    state.met_for_topics(len(staying))
     topics = state.wanted_by_topics(now_ms)
     needed, reasons = brokers_needed(view, settings, topics)
     wanted = min(max(needed, settings.min_brokers), settings.max_brokers)
-    staying = [b for b in view.brokers if not b.draining and (
-        b.alive or now_ms - b.dead_since_ms < settings.dead_grace_ms)]
     decision = Decision(wanted=wanted, reasons=reasons)
     retiring = next((b for b in view.brokers if b.broker_id == state.retiring), None)
     if retiring is None or not retiring.draining:

@@ -169,3 +169,11 @@ def test_a_retired_node_ray_has_not_released_yet_is_added_to_a_scale_up_then_lef
     assert decide(full, SETTINGS, state, set(), 0, lingering=1).request == 3
     joined = cluster(2, [(0,)] * 3 + [(1,)] * 2)
     assert decide(joined, SETTINGS, state, set(), 1, lingering=1).request == 2
+
+
+def test_a_topic_demand_met_by_the_brokers_that_joined_does_not_keep_them_after_the_load_goes():
+    state = AutoscalerState(requested=2)
+    state.want_for_topic(2, now_ms=0)
+    idle = cluster(2, [(0,), (1,)])
+    decide(idle, SETTINGS, state, removable={1}, now_ms=1)
+    assert decide(idle, SETTINGS, state, removable={1}, now_ms=2_000).drain == 1
