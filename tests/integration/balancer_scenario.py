@@ -2,10 +2,10 @@
 balancer on a LocalCluster of three disk nodes, with an acks=all producer writing all along.
 
 1. A topic of 6 partitions, RF=2, placed on the three brokers.
-2. A fourth disk node joins (``join_disk``: a Ray node declaring ``rafka_disk``, nothing
-   else): the controller starts its node agent, so it becomes a broker, and in the default
-   ``node_add`` mode the balancer gives it its share, replicas and leaders per broker within
-   one of each other, with no command.
+2. Two disk nodes join (``join_disk``: a Ray node declaring ``rafka_disk``, nothing else):
+   the controller starts their node agents, so they become brokers, and in the default
+   ``node_add`` mode the balancer gives them their share, replicas and leaders per broker
+   within one of each other, with no command.
 3. ``admin.drain_broker`` empties one broker of its replicas and leaderships.
 4. Another broker's node is killed for good: once it has been dead for the healing delay
    (5 s here), its replicas are re-created on the live brokers from the in-sync replicas.
@@ -54,7 +54,8 @@ class Writer:
     """An acks=all producer sending numbered values round the partitions until stopped;
     ``acked`` holds every value whose send was acknowledged."""
 
-    def __init__(self, cluster) -> None:
+    def __init__(self, cluster, topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
+        self.topic, self.partitions = topic, partitions
         self.producer = cluster.producer(acks="all", linger_ms=5, retries=1_000_000,
                                          delivery_timeout_ms=120_000)  # fmt: skip
         self.acked: set[bytes] = set()
@@ -76,7 +77,7 @@ class Writer:
         i = 0
         while not self._stop.is_set():
             value = b"v%d" % i
-            self.producer.send(TOPIC, value=value, partition=i % PARTITIONS,
+            self.producer.send(self.topic, value=value, partition=i % self.partitions,
                                callback=self._done(value))  # fmt: skip
             i += 1
             time.sleep(0.002)
@@ -88,10 +89,10 @@ class Writer:
         self.producer.close(30)
 
 
-def read_everything(cluster) -> list[bytes]:
+def read_everything(cluster, topic: str = TOPIC, partitions: int = PARTITIONS) -> list[bytes]:
     consumer = cluster.consumer(auto_offset_reset="earliest", fetch_max_wait_ms=100)
     try:
-        parts = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        parts = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(parts)
         ends = consumer.end_offsets(parts)
         out: list[bytes] = []
@@ -125,25 +126,30 @@ def main(data_dir: str) -> dict[str, Any]:
         writer.thread.start()
         wait_for(lambda: len(writer.acked) > 200, 60, "the first acknowledged records")
 
-        # 2. A fourth disk node joins: it becomes a broker and takes its share by itself.
-        log("a node with disk d4 joins")
+        # 2. Two disk nodes join: they become brokers and take their share by themselves.
+        log("nodes with disks d4 and d5 join")
         began = time.monotonic()
         local.join_disk("d4")
-        (new,) = wait_for(lambda: next(((b.broker_id,) for b in admin.brokers()
-                                        if b.disk == "d4"), None),
-                          60, "the joined disk to become a broker")  # fmt: skip
+        local.join_disk("d5")
+
+        def joined():
+            found = {b.disk: b.broker_id for b in admin.brokers()}
+            return found if {"d4", "d5"} <= set(found) else None
+
+        disk_ids = wait_for(joined, 60, "the joined disks to become brokers")
         timings["joined_disk_registered"] = round(time.monotonic() - began, 1)
         disk_of = {b.broker_id: b.disk for b in admin.brokers()}
-        report["new_broker"] = new
+        new = [disk_ids["d4"], disk_ids["d5"]]
+        report["new_brokers"] = new
 
         def balanced():
             s = admin.describe_balancer()
             brokers = sorted(disk_of)
-            ok = (not s.in_flight and s.replicas.get(new, 0) > 0
+            ok = (not s.in_flight and all(s.replicas.get(b, 0) > 0 for b in new)
                   and spread(s.replicas, brokers) <= 1 and spread(s.leaders, brokers) <= 1)
             return s if ok else None
 
-        status = wait_for(balanced, 120, "the new broker's share of replicas and leaders")
+        status = wait_for(balanced, 120, "the new brokers' share of replicas and leaders")
         timings["node_add_balanced"] = round(time.monotonic() - began, 1)
         report["after_node_add"] = {"replicas": status.replicas, "leaders": status.leaders,
                                     "moves_started": status.moves_started}  # fmt: skip
