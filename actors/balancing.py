@@ -15,8 +15,12 @@ balancing round in ``node_add`` mode, which lasts until a plan has nothing left 
 Which brokers died and when is this controller's own observation (not durable): a restarted
 controller starts the healing delay again, which only waits longer.
 
-Sizes and traffic are not reported to the controller yet: the disk and traffic goals see
-every partition as empty and idle, and never move anything.
+Sizes and traffic come from the brokers' load reports (``broker_loads``, sent by each node
+agent every ``broker.load.report.interval.ms``, see ``load_reports``): a broker's disk
+capacity and use are its latest report's; a partition's size is its largest replica's, its
+bytes in its leader's append rate and its bytes out its leader's rate to consumers. Until a
+broker reports (and once its report is stale) its partitions count as idle, so the traffic
+goals move nothing for them; a disk of unknown capacity is left alone by the disk goal.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from rafka.actors.broker_loads import NO_LOAD, BrokerLoads, partition_load
 from rafka.actors.controller_core import ControllerCore, now_ms
 from rafka.actors.partition_changes import PartitionChanges
 from rafka.actors.reassignments import Reassignments
@@ -59,6 +64,7 @@ class Balancing:
         self.last_plan: Plan | None = None
         self.moves_started = 0
         self._round = asyncio.Lock()  # one planning round at a time
+        self.loads = BrokerLoads()  # the brokers' latest load reports
 
     # -- settings and view ---------------------------------------------------------------------
 
@@ -85,17 +91,36 @@ class Balancing:
         if self._known is not None and known - self._known:
             self.balancing_node_add = True
         self._known = known
+        loads = self.loads.current(image.brokers, now, self.report_interval_ms())
         brokers = tuple(
             BrokerView(b, rack=state.rack, dead_since_ms=self._dead_since.get(b),
-                       draining=b in image.draining_brokers)
+                       draining=b in image.draining_brokers,
+                       disk_capacity=loads.get(b, NO_LOAD).disk_capacity,
+                       disk_used=loads.get(b, NO_LOAD).disk_used)
             for b, state in sorted(image.brokers.items())
         )  # fmt: skip
-        partitions = tuple(
-            PartitionView(t.name, p.partition, tuple(p.replicas), p.leader, tuple(p.isr),
-                          adding=tuple(p.adding), removing=tuple(p.removing))
-            for t in image.topics.values() for _, p in sorted(t.partitions.items())
-        )  # fmt: skip
-        return ClusterView(brokers, partitions)
+        partitions = []
+        for t in image.topics.values():
+            for _, p in sorted(t.partitions.items()):
+                size, bytes_in, bytes_out = partition_load(loads, t.topic_id, p.partition,
+                                                           p.replicas, p.leader)  # fmt: skip
+                partitions.append(PartitionView(
+                    t.name, p.partition, tuple(p.replicas), p.leader, tuple(p.isr),
+                    size_bytes=size, bytes_in_per_s=bytes_in, bytes_out_per_s=bytes_out,
+                    adding=tuple(p.adding), removing=tuple(p.removing)))  # fmt: skip
+        return ClusterView(brokers, tuple(partitions))
+
+    # -- load reports --------------------------------------------------------------------------
+
+    def report_interval_ms(self) -> int:
+        return setting(self.core.settings, "broker.load.report.interval.ms")
+
+    def report_load(self, broker_id: int, report: dict[str, Any]) -> int:
+        """See ``Controller.report_load``."""
+        if not self.loads.record(broker_id, report, now_ms(), self.core.image.brokers):
+            self.core.logger.debug("dropped the load report of unregistered broker %d",
+                                   broker_id)  # fmt: skip
+        return self.report_interval_ms()
 
     # -- the timer -----------------------------------------------------------------------------
 
@@ -221,8 +246,10 @@ class Balancing:
         return plan_to_dict(result)
 
     def describe(self) -> dict[str, Any]:
-        """The mode, draining and dead brokers, moves in flight, and what a plan with every
-        goal would still find wrong."""
+        """The mode, draining and dead brokers, moves in flight, what a plan with every goal
+        would still find wrong, and per broker its replicas, leaderships, disk (capacity 0:
+        not reported) and traffic as the goals count them (bytes/s: a partition's bytes in
+        on every broker holding a replica of it, its bytes out on its leader's)."""
         now = now_ms()
         settings = self.settings()
         view = self.view(now)
@@ -247,6 +274,12 @@ class Balancing:
                          for b in sorted(image.brokers)},  # fmt: skip
             "leaders": {b: sum(p.leader == b for p in view.partitions)
                         for b in sorted(image.brokers)},  # fmt: skip
+            "disk_used": {b.broker_id: b.disk_used for b in view.brokers},
+            "disk_capacity": {b.broker_id: b.disk_capacity for b in view.brokers},
+            "bytes_in_per_s": {b: sum(p.bytes_in_per_s for p in view.partitions
+                                      if b in p.replicas) for b in sorted(image.brokers)},
+            "bytes_out_per_s": {b: sum(p.bytes_out_per_s for p in view.partitions
+                                       if p.leader == b) for b in sorted(image.brokers)},
         }
 
 

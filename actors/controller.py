@@ -24,7 +24,8 @@ owns it, all sharing one ``ControllerCore`` (metadata log, lock, settings, liven
 - ``PartitionChanges`` (``partition_changes``): every partition state change and the
   requests that make them (check-ins, ISR proposals, elections, reassignments);
 - ``Reassignments`` (``reassignments``): moving partitions, and cancelling a move;
-- ``Balancing`` (``balancing``): the balancer's timer, drains and rebalance requests;
+- ``Balancing`` (``balancing``): the balancer's timer, drains and rebalance requests, and
+  the brokers' load reports (``broker_loads``);
 - ``Reconciler`` (``reconcile``): at start and periodically, replica actors made to match
   the metadata (states pushed, missing actors created, strays deleted);
 - ``TopicAdmin`` (``topic_admin``): create, grow, configure, delete, describe topics;
@@ -150,6 +151,11 @@ class Controller:
         if memory_available is not None:
             self.core.memory_available[answer[0]] = int(memory_available)
         return answer
+
+    async def report_load(self, broker_id: int, report: dict[str, Any]) -> int:
+        """A node agent's disk use and partition traffic (``rafka.actors.load_reports``),
+        for the balancer; answers the report interval, ms."""
+        return self.balancing.report_load(broker_id, report)
 
     async def fence_broker(self, broker_id: int) -> int:
         """Take ``broker_id`` out of every ISR and move the leadership it held; returns how

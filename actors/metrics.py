@@ -30,6 +30,7 @@ import os
 import struct
 from typing import Any, Callable, Collection, Iterable
 
+from rafka.cluster.load_rates import monotonic_ms
 from rafka.cluster.metadata import NO_LEADER
 from rafka.storage import record_batch as rb
 
@@ -280,6 +281,11 @@ class PartitionMetrics:
 
     def __init__(self, topic: str, partition: int, broker_id: int) -> None:
         self.metrics = registry()
+        # Bytes sent to consumers since ``counters_since_ms`` (this node's monotonic clock,
+        # when the replica opened; its log counts the bytes appended from about then), kept
+        # whether or not the Ray metrics are on: the broker's load reports read them.
+        self.counters_since_ms = monotonic_ms()
+        self.bytes_to_consumers = 0
         self._partition = partition_tags(topic, partition)
         self._replica = partition_tags(topic, partition, broker=broker_id)
         self._out = {kind: {**self._partition, "kind": kind} for kind in OUT_KINDS}
@@ -301,6 +307,8 @@ class PartitionMetrics:
     def sent(self, kind: str, records: int, size: int, latency_ms: float | None) -> None:
         """Records sent out of the partition (a fetch answer, an export)."""
         m = self.metrics
+        if kind == CONSUMER:
+            self.bytes_to_consumers += size
         if size > 0:
             m.bytes_out.inc(size, self._out[kind])
         if records > 0:

@@ -14,6 +14,7 @@ from typing import Any
 
 import ray
 
+from rafka.actors.load_reports import LoadReporter
 from rafka.actors.logs import actor_logger, label_process_logs, log_prefix
 from rafka.actors.placement import CONTROLLER_NAME, disk_dir, pinned_to_disk
 from rafka.actors.replica_host import HOSTS_DIR, ReplicaHost, members_path, read_members
@@ -94,6 +95,8 @@ class NodeAgent:
         # Heartbeats start on their own: after a node comes back, Ray restarts this actor
         # and nobody else calls it.
         ray.get_runtime_context().current_actor.start_heartbeats.remote()
+        self.load_reports = LoadReporter.of_agent(self)  # disk use and traffic, for balancing
+        ray.get_runtime_context().current_actor.start_load_reports.remote()
 
     async def start(self) -> int:
         """Register this disk with the controller; returns its broker id (new or kept)."""
@@ -113,6 +116,10 @@ class NodeAgent:
         """Start the heartbeat loop on the liveness group's event loop (once)."""
         if self._heartbeats is None:
             self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    async def start_load_reports(self) -> None:
+        """Start the load reports (``load_reports``) on the main event loop (once)."""
+        self.load_reports.start()
 
     async def _heartbeat(self) -> int:
         """One heartbeat (registering the disk if the controller does not know it)."""

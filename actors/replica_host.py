@@ -39,6 +39,7 @@ from rafka.actors.partition_replica import PartitionReplica
 from rafka.actors.replica_fetch import WaitCutoff
 from rafka.actors.placement import agent_name
 from rafka.actors.replica_state import actor_was_reconstructed
+from rafka.cluster.load_rates import monotonic_ms
 from rafka.cluster.settings import setting
 from rafka.errors import KafkaStorageError, NotLeaderOrFollower, RafkaError
 from rafka.storage.checkpoint import write_atomically
@@ -169,6 +170,18 @@ class ReplicaHost:
 
     async def count(self) -> int:
         return len(self.replicas)
+
+    async def load_report(self) -> dict[str, Any]:
+        """Every replica's log size and traffic counters, for its agent's load report (one
+        call per host, see ``rafka.cluster.load_rates``): ``at_ms`` (this node's monotonic
+        clock) and ``replicas``, each ``[topic id, partition, size in bytes, bytes appended
+        to its log, bytes sent to consumers, since_ms]`` (the counters count from 0 at
+        ``since_ms``, when the replica opened)."""
+        return {"at_ms": monotonic_ms(), "replicas": [
+            [t, p, r.log.size_bytes, r.log.bytes_appended,
+             r.partition_metrics.bytes_to_consumers, r.partition_metrics.counters_since_ms]
+            for (t, p), r in self.replicas.items()
+        ]}  # fmt: skip
 
     async def remove(self, topic_id: str, partition: int, delete_files: bool) -> bool:
         """Stop one replica (``delete_files``: and delete its files); False when it is not

@@ -29,7 +29,16 @@ def _status(answer: dict[str, Any]) -> BalancerStatus:
         replicas={int(b): n for b, n in answer["replicas"].items()},
         leaders={int(b): n for b, n in answer["leaders"].items()},
         moves_started=answer["moves_started"], pending=_plan(answer["pending"]),
+        # A controller older than the load reports answers none of these.
+        disk_used=_per_broker(answer, "disk_used", int),
+        disk_capacity=_per_broker(answer, "disk_capacity", int),
+        bytes_in_per_s=_per_broker(answer, "bytes_in_per_s", float),
+        bytes_out_per_s=_per_broker(answer, "bytes_out_per_s", float),
     )  # fmt: skip
+
+
+def _per_broker(answer: dict[str, Any], name: str, kind: type) -> dict[int, Any]:
+    return {int(b): kind(v) for b, v in answer.get(name, {}).items()}
 
 
 def _broker_id(broker_id: Any) -> int:

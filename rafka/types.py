@@ -268,7 +268,13 @@ class BalancerPlan(NamedTuple):
 class BalancerStatus(NamedTuple):
     """The balancer: its mode and the goals it pursues now, draining brokers, dead ones
     (broker -> ms since it was last live) and the healing delay, reassignments in flight,
-    replicas and leaders per broker, and ``pending``: what a rebalance would do now."""
+    replicas and leaders per broker, and ``pending``: what a rebalance would do now.
+
+    Per broker, from its load reports (every ``broker.load.report.interval.ms``): its disk's
+    ``disk_used`` and ``disk_capacity`` in bytes (capacity 0: not reported yet), and its
+    traffic as the balancer's goals count it, in bytes/s: ``bytes_in_per_s`` the producers'
+    bytes in of every partition it holds a replica of (a follower stores what its leader
+    takes in), ``bytes_out_per_s`` the bytes consumers fetch from the partitions it leads."""
 
     mode: str
     goals: list[str]
@@ -281,3 +287,7 @@ class BalancerStatus(NamedTuple):
     leaders: dict[int, int]
     moves_started: int
     pending: BalancerPlan
+    disk_used: dict[int, int]
+    disk_capacity: dict[int, int]
+    bytes_in_per_s: dict[int, float]
+    bytes_out_per_s: dict[int, float]

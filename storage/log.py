@@ -153,6 +153,9 @@ class Log(LogRemovals, LogTransactions):
         self._set_high_watermark(self.files.read_high_watermark())
         self._checkpointed_high_watermark = -1  # not written by this life yet
         self.flush_policy = FlushPolicy(self.config, self.clock())
+        # Bytes appended (as leader or follower) since this log was opened: a traffic counter
+        # for the broker's load reports (rafka.cluster.load_rates); not persisted.
+        self.bytes_appended = 0
         if self.recovery_report.dropped_data:
             log.warning("%s: %s", directory, self.recovery_report.summary())
         # Everything that survived recovery is on disk now: record it, so a crash before the
@@ -301,6 +304,7 @@ class Log(LogRemovals, LogTransactions):
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
             self._update_producer_state(segment, header, marker)
         self.log_end_offset = segment.next_offset
+        self.bytes_appended += total
         self.flush_policy.record_append(sum(h.record_count for h in headers))
         if self.flush_policy.due_after_append(self.clock()):
             self.flush()

@@ -10,7 +10,7 @@ from typing import Any
 
 from rafka.cli.arguments import non_negative_int
 from rafka.cli.connect import add_connection_options, connected
-from rafka.cli.output import format_table
+from rafka.cli.output import format_table, human_size
 
 
 def add_brokers(commands: argparse._SubParsersAction) -> None:
@@ -38,7 +38,8 @@ def add_balancer(commands: argparse._SubParsersAction) -> None:
         "partition.autobalancing.mode: off, node_add, continuous) says what it moves by itself.",
     )  # fmt: skip
     actions = balancer.add_subparsers(title="actions", metavar="ACTION", required=True)
-    status = actions.add_parser("status", help="mode, goals, moves in flight, what is wrong")
+    status = actions.add_parser(
+        "status", help="mode, goals, disk and traffic per broker, moves in flight, what is wrong")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(handler=_status)
     add_connection_options(status)
@@ -90,11 +91,14 @@ def _rebalance(args: argparse.Namespace) -> int:
 
 def status_text(status) -> str:
     brokers = sorted(status.replicas)
-    rows = [["BROKER", "REPLICAS", "LEADERS", "STATE"]]
+    rows = [["BROKER", "REPLICAS", "LEADERS", "DISK", "IN", "OUT", "STATE"]]
     for b in brokers:
         state = ("draining" if b in status.draining else
                  f"dead {status.dead[b] // 1000} s" if b in status.dead else "live")
-        rows.append([str(b), str(status.replicas[b]), str(status.leaders.get(b, 0)), state])
+        rows.append([str(b), str(status.replicas[b]), str(status.leaders.get(b, 0)),
+                     disk_text(status.disk_used.get(b, 0), status.disk_capacity.get(b, 0)),
+                     rate_text(status.bytes_in_per_s.get(b, 0.0)),
+                     rate_text(status.bytes_out_per_s.get(b, 0.0)), state])  # fmt: skip
     lines = [f"Mode: {status.mode}   Goals now: {', '.join(status.goals)}",
              f"Moves started: {status.moves_started}   In flight: {len(status.in_flight)}   "
              f"Lost brokers are replaced after {status.heal_after_ms // 1000} s"]
@@ -103,6 +107,17 @@ def status_text(status) -> str:
         text += (f"Moving {move['topic']}-{move['partition']}: adding {move['adding']}, "
                  f"removing {move['removing']}, in sync {move['isr']}\n")
     return text + plan_text(status.pending, started=False, heading="A rebalance now would")
+
+
+def disk_text(used: int, capacity: int) -> str:
+    """``used`` of ``capacity`` bytes and the share; "-" when the broker has not reported."""
+    if not capacity:
+        return "-"
+    return f"{human_size(used)} of {human_size(capacity)} ({used / capacity:.0%})"
+
+
+def rate_text(bytes_per_s: float) -> str:
+    return f"{human_size(int(bytes_per_s))}/s"
 
 
 def plan_text(result, started: bool, heading: str | None = None) -> str:

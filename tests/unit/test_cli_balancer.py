@@ -27,6 +27,10 @@ STATUS = BalancerStatus(
                 "isr": [1, 2]}],
     replicas={1: 4, 2: 1, 3: 2, 4: 3}, leaders={1: 2, 2: 0, 3: 1, 4: 1}, moves_started=7,
     pending=PLAN,
+    disk_used={1: 3 << 30, 2: 0, 3: 0, 4: 512 << 20},
+    disk_capacity={1: 10 << 30, 2: 0, 3: 0, 4: 1 << 30},
+    bytes_in_per_s={1: 1536.0 * 1024, 2: 0.0, 3: 0.0, 4: 512.0},
+    bytes_out_per_s={1: 2.0 * 1024 * 1024, 2: 0.0, 3: 0.0, 4: 0.0},
 )  # fmt: skip
 
 
@@ -73,10 +77,23 @@ def test_drain_and_undrain_ask_for_the_broker_and_print_the_status(admin, capsys
     assert status == 0 and admin.calls == [("drain_broker", 2)]
     assert "Mode: node_add" in out
     rows = [line.split() for line in out.splitlines()]
-    assert ["2", "1", "0", "draining"] in rows and ["3", "2", "1", "dead", "42", "s"] in rows
+    assert ["2", "1", "0", "-", "0", "B/s", "0", "B/s", "draining"] in rows
+    assert ["3", "2", "1", "-", "0", "B/s", "0", "B/s", "dead", "42", "s"] in rows
     assert "Moving orders-1: adding [4], removing [2], in sync [1, 2]" in out
     run(capsys, "brokers", "undrain", "2")
     assert admin.calls[-1] == ("undrain_broker", 2)
+
+
+def test_status_shows_each_brokers_disk_use_of_its_capacity_and_its_traffic(admin, capsys):
+    status, out = run(capsys, "balancer", "status")
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[2].split() == ["BROKER", "REPLICAS", "LEADERS", "DISK", "IN", "OUT", "STATE"]
+    rows = [line.split() for line in lines]
+    assert ["1", "4", "2", "3.0", "GiB", "of", "10.0", "GiB", "(30%)", "1.5", "MiB/s", "2.0",
+            "MiB/s", "live"] in rows
+    assert ["4", "3", "1", "512.0", "MiB", "of", "1.0", "GiB", "(50%)", "512", "B/s", "0",
+            "B/s", "live"] in rows
 
 
 def test_rebalance_previews_unless_told_to_execute(admin, capsys):
@@ -96,6 +113,7 @@ def test_status_as_json_holds_every_field(admin, capsys):
     status, out = run(capsys, "balancer", "status", "--json")
     found = json.loads(out)
     assert status == 0 and found["mode"] == "node_add" and found["draining"] == [2]
+    assert found["disk_capacity"]["4"] == 1 << 30 and found["bytes_in_per_s"]["4"] == 512.0
     assert found["pending"]["moves"][0]["destination"] == 4
 
 

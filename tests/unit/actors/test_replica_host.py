@@ -254,3 +254,25 @@ def test_batches_end_their_long_polls_without_breaking_the_next_ones(tmp_path):
         await host.close_all()
 
     asyncio.run(run())
+
+
+def test_a_load_report_counts_each_replicas_size_bytes_appended_and_bytes_to_consumers(tmp_path):
+    """One call answers for every replica of the host: its log size, what was appended to
+    it and what consumers fetched from it, counted since the replica opened."""
+
+    async def run():
+        host = ReplicaHost(str(tmp_path), broker_id=1, slot=0)
+        await host.add_replicas([state(0), state(1)])
+        batch = _batch(b"x" * 100)
+        assert (await host.produce("tid", 0, batch, 1, 1000))[0] == 0
+        await host.fetch("tid", 0, 0, 1 << 20, 1, 0)
+        await host.fetch("tid", 0, 0, 1 << 20, 1, 0)
+        report = await host.load_report()
+        rows = {row[1]: row for row in report["replicas"]}
+        _, _, size, appended, to_consumers, since = rows[0]
+        assert (size, appended, to_consumers) == (len(batch), len(batch), 2 * len(batch))
+        assert since <= report["at_ms"]
+        assert rows[1][2:5] == [0, 0, 0]
+        await host.close_all()
+
+    asyncio.run(run())
