@@ -91,7 +91,8 @@ class Controller:
                                lambda disk: _start_node_agent(data_root, disk, namespace),
                                ray_restart_agent(namespace))  # fmt: skip
         self.autoscaling = Autoscaling(self.core, self.balancing, ray_request_disks,
-                                       ray_stop_actors(namespace), disk)  # fmt: skip
+                                       ray_stop_actors(namespace), disk,
+                                       _live_disks)  # fmt: skip
         self.topics.on_too_few_brokers = self.autoscaling.want_for_topic
         self.settings = self.core.settings
         self._producer_ids: range = range(0)
