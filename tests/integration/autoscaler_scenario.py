@@ -41,7 +41,8 @@ os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from rafka.errors import InvalidReplicationFactor  # noqa: E402
-from tests.integration.balancer_scenario import Writer, read_everything  # noqa: E402
+from rafka.actors.local_cluster import wait_for  # noqa: E402
+from tests.integration.balancer_scenario import Writer, stop_and_check  # noqa: E402
 
 NAMESPACE = "autoscaler-scenario"
 STEADY, BURST = "steady", "burst"
@@ -152,17 +153,6 @@ def disk_nodes() -> list[str]:
                   if n["Alive"] and n["Resources"].get("rafka_disk"))  # fmt: skip
 
 
-def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s} s for {what}")
-        time.sleep(interval)
-
-
 def main(data_dir: str) -> dict[str, Any]:
     import ray
     from ray.autoscaler.sdk import request_resources
@@ -240,13 +230,7 @@ def main(data_dir: str) -> dict[str, Any]:
 
         # 5. Nothing acknowledged is lost.
         time.sleep(1)  # a few more writes on the broker that stayed
-        writer.stop()
-        read = read_everything(cluster, topic=STEADY, partitions=2)
-        report["acked"] = len(writer.acked)
-        report["failed_sends"] = writer.failed
-        report["read"] = len(read)
-        report["lost"] = len(writer.acked - set(read))
-        report["duplicates"] = len(read) - len(set(read))
+        report.update(stop_and_check(writer, cluster))
         writer = None
     except Exception:
         report["error"] = traceback.format_exc()

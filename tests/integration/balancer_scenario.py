@@ -106,6 +106,15 @@ def read_everything(cluster, topic: str = TOPIC, partitions: int = PARTITIONS) -
         consumer.close()
 
 
+def stop_and_check(writer: Writer, cluster) -> dict[str, int]:
+    """Stop the writer and read its topic back: what was acknowledged, read, lost (acked
+    but not read) and read twice."""
+    writer.stop()
+    read = read_everything(cluster, writer.topic, writer.partitions)
+    return {"acked": len(writer.acked), "failed_sends": writer.failed, "read": len(read),
+            "lost": len(writer.acked - set(read)), "duplicates": len(read) - len(set(read))}
+
+
 def spread(counts: dict[int, int], brokers) -> int:
     values = [counts.get(b, 0) for b in brokers]
     return max(values) - min(values)
@@ -184,13 +193,7 @@ def main(data_dir: str) -> dict[str, Any]:
         report["after_heal"] = [p.replicas for p in admin.describe_topic(TOPIC).partitions]
 
         # 5. Nothing acknowledged is lost.
-        writer.stop()
-        read = read_everything(cluster)
-        report["acked"] = len(writer.acked)
-        report["failed_sends"] = writer.failed
-        report["read"] = len(read)
-        report["lost"] = len(writer.acked - set(read))
-        report["duplicates"] = len(read) - len(set(read))
+        report.update(stop_and_check(writer, cluster))
         writer = None
     except Exception:
         report["error"] = traceback.format_exc()
