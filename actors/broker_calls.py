@@ -58,6 +58,9 @@ class BrokerCalls:
         self._name_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, users)
         self._pushes: list[tuple[Any, dict]] = []  # state pushes of this event-loop turn
         self.move_shares = MoveShares(core)
+        #: Names of replicas the last ``replica_names`` found in another host than the
+        #: metadata names (a re-host recorded, not carried out): the reconcile moves them.
+        self.misplaced: set[str] = set()
         # Replicas of new topics and partitions not started yet: clients are told their
         # partitions are not available, and describe lists them as starting.
         self.awaiting_start: set[tuple[str, int, int]] = set()
@@ -305,8 +308,12 @@ class BrokerCalls:
     async def _ensure_on(self, broker_id: int, states: list[dict], epoch: int) -> None:
         """``ensure`` on one broker, holding only that broker's replica names."""
         async with self._replicas_held(states):
-            states = [{**s, "replica_epoch": epoch} for s in states
-                      if "host" in s
+            # The host as the metadata says now: a re-host (``host_packing``) may have been
+            # recorded while this waited for the names.
+            hosts = self.core.image.hosts
+            states = [{**s, "replica_epoch": epoch,
+                       "host": hosts.get((s["topic_id"], s["partition"], broker_id), NO_HOST)}
+                      for s in states if "host" in s
                       and self.names_a_replica(s["topic_id"], s["partition"], broker_id)]
             if not states:
                 return
@@ -422,7 +429,8 @@ class BrokerCalls:
 
     async def replica_names(self) -> tuple[set[str], set[int]]:
         """Names (``replica_name``) of every replica held by a host actor that exists
-        (alive, restarting or slow to answer), asked of the live brokers' agents, and the
+        (alive, restarting or slow to answer), asked of the live brokers' agents (and, in
+        ``misplaced``, those held in another host than the metadata names), and the
         live brokers whose agent did not answer in time: what their hosts hold is unknown,
         so none of their replicas counts as missing or stray."""
         live = self.live_brokers()
@@ -433,11 +441,15 @@ class BrokerCalls:
         )  # fmt: skip
         names: set[str] = set()
         unknown: set[int] = set()
+        self.misplaced = set()
         for broker_id, answer in zip(live, answers):
             if isinstance(answer, BaseException):
                 unknown.add(broker_id)
-            else:
-                names.update(replica_name(t, p, b) for t, p, b, *_ in answer)
+                continue
+            names.update(replica_name(t, p, b) for t, p, b, *_ in answer)
+            self.misplaced.update(  # held in another host than the metadata names
+                replica_name(t, p, b) for t, p, b, *slot in answer
+                if slot and self.core.image.hosts.get((t, p, b), slot[0]) != slot[0])
         return names, unknown
 
     def running_hosts(self, topic_id: str, p: PartitionState) -> list[int]:

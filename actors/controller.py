@@ -26,6 +26,8 @@ owns it, all sharing one ``ControllerCore`` (metadata log, lock, settings, liven
 - ``Reassignments`` (``reassignments``): moving partitions, and cancelling a move;
 - ``Balancing`` (``balancing``): the balancer's timer, drains and rebalance requests, and
   the brokers' load reports (``broker_loads``);
+- ``HostPacking`` (``host_packing``): a hot replica into a host actor of its own, cold ones
+  back into shared hosts (with ``replicas.per.actor`` > 1);
 - ``Reconciler`` (``reconcile``): at start and periodically, replica actors made to match
   the metadata (states pushed, missing actors created, strays deleted);
 - ``TopicAdmin`` (``topic_admin``): create, grow, configure, delete, describe topics;
@@ -51,6 +53,7 @@ from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.broker_watch import BrokerWatch
 from rafka.actors.controller_core import ControllerCore, now_ms
 from rafka.actors.disk_joins import DiskJoins, ray_agent_exists, ray_restart_agent
+from rafka.actors.host_packing import HostPacking
 from rafka.actors.coordinator_shards import CoordinatorShards
 from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.partition_changes import PartitionChanges
@@ -122,6 +125,7 @@ class Controller:
             # lead it.)
             self.core.spawn(self._reconcile_then_repeat())
             self.core.spawn(self.balancing.run())
+            self.core.spawn(self.host_packing.run())
             self.core.spawn(self.joins.run())
             self.core.spawn(self.autoscaling.run())
 
@@ -243,7 +247,7 @@ class Controller:
         return await self.balancing.rebalance(dry_run)
 
     async def describe_balancer(self) -> dict[str, Any]:
-        return self.balancing.describe()
+        return {**self.balancing.describe(), "host_packing": self.host_packing.describe()}
 
     async def describe_autoscaler(self) -> dict[str, Any]:
         return self.autoscaling.describe()
@@ -383,7 +387,7 @@ def build_parts(
     clock=now_ms,
 ) -> dict[str, Any]:  # fmt: skip
     """The controller's parts over an opened metadata log (``core``, ``calls``, ``changes``,
-    ``brokers``, ``topics``, ``reassignments``, ``balancing``, ``reconciler``,
+    ``brokers``, ``topics``, ``reassignments``, ``balancing``, ``host_packing``, ``reconciler``,
     ``coordinators``), after
     taking over the log: a new controller epoch is recorded, and the cluster settings become
     the stored ones overridden by ``settings``. ``actors`` is the Ray layer (a fake in
@@ -405,11 +409,12 @@ def build_parts(
     changes = PartitionChanges(core, calls)
     topics = TopicAdmin(core, calls, changes)
     reassignments = Reassignments(core, changes)
+    balancing = Balancing(core, changes, reassignments)
     return {
         "core": core, "calls": calls, "changes": changes,
         "brokers": BrokerWatch(core, calls, changes), "topics": topics,
         "reassignments": reassignments,
-        "balancing": Balancing(core, changes, reassignments),
+        "balancing": balancing, "host_packing": HostPacking(core, calls, balancing),
         "reconciler": Reconciler(core, calls, changes),
         "coordinators": CoordinatorShards(core, calls, topics),
     }  # fmt: skip

@@ -261,18 +261,32 @@ class NodeAgent:
 
     async def ensure_replicas(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Start (or find) the replicas of ``states`` on this disk, each in the host its
-        ``host`` slot names, and wait until each has opened its log. Returns each replica's
+        ``host`` slot names (one held by another host here is closed there first), and wait
+        until each has opened its log. Returns each replica's
         description, or for one that could not start ``{topic_id, partition, broker_id,
         error}``: the others are not held back by it."""
         by_slot: dict[int, list[dict[str, Any]]] = {}
+        out = []
+        index = await asyncio.to_thread(self._members_index)
         for state in states:
             await self._retire_older_topic(state)
+            old = index.get((state["topic_id"], state["partition"]), state["host"])
+            if old != state["host"]:  # re-hosted: see rafka.actors.host_packing
+                try:  # closed there (flushed) before the new host opens its directory
+                    key = (state["topic_id"], state["partition"])
+                    if not await self._remove_from(old, *key, False) and any(
+                            (s["topic_id"], s["partition"]) == key
+                            for s in read_members(members_path(self.directory, old))):
+                        raise KafkaStorageError(f"host {old} (not running) still holds it")
+                except (ray.exceptions.RayActorError, KafkaStorageError) as e:
+                    out.append({"topic_id": state["topic_id"], "partition": state["partition"],
+                                "broker_id": state["broker_id"], "error": repr(e)})
+                    continue
             by_slot.setdefault(state["host"], []).append(state)
         answers = await asyncio.gather(
             *(self._ensure_in(slot, group) for slot, group in by_slot.items()),
             return_exceptions=True,
         )
-        out = []
         for group, answer in zip(by_slot.values(), answers):
             if isinstance(answer, BaseException):
                 out.extend({"topic_id": s["topic_id"], "partition": s["partition"],
@@ -377,7 +391,8 @@ class NodeAgent:
                 await self._stop_host(slot, host)
 
     async def hosted(self) -> list[list]:
-        """[topic id, partition, broker id] of every replica held by a running host here."""
+        """[topic id, partition, broker id, slot] of every replica held by a running host
+        here."""
         slots = [s for s in await self._running_slots() if s in self.hosts]
         answers = await asyncio.gather(
             *(asyncio.wait_for(self.hosts[s].hosted.remote(), HOSTED_TIMEOUT_S) for s in slots),
@@ -392,7 +407,7 @@ class NodeAgent:
                           read_members(members_path(self.directory, slot))]  # fmt: skip
             else:
                 self._note_epochs(slot, [tuple(k) for k in answer])
-            out.extend([t, p, self.broker_id] for t, p, _ in answer)
+            out.extend([t, p, self.broker_id, slot] for t, p, _ in answer)
         return out
 
     async def _running_slots(self) -> list[int]:

@@ -9,7 +9,9 @@ with what runs and closes the gap, at start and then every ``metadata.reconcile.
 
 - every partition's full state is pushed to its replicas on live brokers (a replica ignores
   a state it already holds, and any older than it holds);
-- a replica the metadata names on a live broker whose actor does not exist is created;
+- a replica the metadata names on a live broker whose actor does not exist is created, and
+  one held by another host than the metadata names (a re-host recorded by
+  ``host_packing`` but not carried out) is moved there;
 - a partition without a leader that may lead gets one from the replicas that may (a
   replica created just now became electable);
 - a replica actor the metadata does not name (its topic deleted, or moved away) on a live
@@ -74,7 +76,7 @@ class Reconciler:
                     # it does not run yet (its start may be waiting on a broker that is
                     # down): the two starts meet under its name's lock, and the second finds
                     # it running.
-                    if name not in running and b in live:
+                    if (name not in running or name in calls.misplaced) and b in live:
                         missing.setdefault(b, []).append(calls.replica_state(topic, p, b))
         strays: dict[int, list[dict]] = {}
         unknown = 0

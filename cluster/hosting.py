@@ -8,7 +8,11 @@ one replica per actor every replica gets a host of its own.
 Invariants:
 
 - a replica keeps its slot for as long as its topic exists (moved away and back, it returns
-  to the same host, so a late deletion and a creation of the same replica meet in one place);
+  to the same host, so a late deletion and a creation of the same replica meet in one place),
+  unless it is *re-hosted*: an explicit move to another host of the same broker, recorded in
+  the metadata (a ``hosted`` record naming the new slot) before the replica is closed in its
+  old host and opened in the new one (``rafka.cluster.host_packing`` decides,
+  ``rafka.actors.host_packing`` carries it out; never while its partition is reassigned);
 - a slot is filled only while a replica the metadata names holds it, or is new: a host
   emptied of named replicas may be being stopped, so it is never filled again, and a new
   host always gets a slot number never used on that broker;
