@@ -34,6 +34,7 @@ from rafka.actors.placement import DISK_RESOURCE, agent_name, ephemeral_node
 from rafka.cluster.autoscaling import AutoscalerState, AutoscalingSettings, Decision, decide
 from rafka.cluster.hosting import host_name
 from rafka.cluster.settings import setting
+from rafka.errors import InvalidRecord
 
 
 class Autoscaling:
@@ -73,12 +74,12 @@ class Autoscaling:
     def enabled(self) -> bool:
         return setting(self.core.settings, "partition.autoscaling.enable")
 
-    def want_for_topic(self, brokers: int) -> bool:
-        """A topic creation was refused for want of ``brokers`` brokers; True if they are
-        asked for (autoscaling is on)."""
-        if self.enabled:
-            self.state.want_for_topic(brokers, now_ms())
-        return self.enabled
+    def want_for_topic(self, brokers: int, topic: str = "") -> bool:
+        """A creation of ``topic`` was refused for want of ``brokers`` brokers; True if they
+        are asked for (autoscaling is on, and ``max.brokers`` allows as many)."""
+        if not self.enabled:
+            return False
+        return self.state.want_for_topic(brokers, now_ms(), self.settings().max_brokers, topic)
 
     def removable(self) -> set[int]:
         return {b.broker_id for b in self.core.image.brokers.values()
@@ -90,20 +91,38 @@ class Autoscaling:
         while True:
             await asyncio.sleep(setting(self.core.settings,
                                         "partition.autobalancing.tick.interval.ms") / 1000)
-            if self.core.stopping or not self.enabled:
+            if self.core.stopping:
                 continue
             try:
-                await self.tick()
+                if self.enabled:
+                    await self.tick()
+                elif self.state.requested is not None:
+                    # Turned off: Ray would otherwise keep the nodes the last request
+                    # named for good.
+                    await asyncio.to_thread(self.request, 0)
+                    self.state.requested = None
             except Exception:  # the next tick tries again
                 self.core.logger.exception("autoscaler tick failed")
 
     async def tick(self) -> Decision:
         now = now_ms()
+        image = self.core.image
+        if self.state.retiring is None:
+            # Durable: a restarted controller goes on retiring what it was draining.
+            ours = sorted(image.autoscaler_drains & image.draining_brokers)
+            self.state.retiring = ours[0] if ours else None
         view = self.balancing.view(now)
-        retired = set(self.core.image.retired_brokers.values())
-        lingering = len(retired & set(await asyncio.to_thread(self.live_disks))) if retired else 0
-        decision = decide(view, self.settings(), self.state, self.removable(), now, lingering)
+        retired = set(image.retired_brokers.values())
+        live = set(await asyncio.to_thread(self.live_disks)) if retired else set()
+        await self._stop_retired(retired & live)
+        decision = decide(view, self.settings(), self.state, self.removable(), now,
+                          len(retired & live))  # fmt: skip
         self.last = decision
+        if decision.retire is not None and not await self.retire(decision.retire):
+            # Not empty after all (a replica placed on it meanwhile): keep retiring it, and
+            # keep the request Ray has until it is retired.
+            self.state.retiring, self.state.requested = decision.retire, None
+            return decision
         if decision.request is not None:
             self.core.logger.info("autoscaler: asking Ray for %d disk node(s) (%s)",
                                   decision.request, "; ".join(decision.reasons))  # fmt: skip
@@ -115,27 +134,41 @@ class Autoscaling:
         if decision.drain is not None:
             self.core.logger.info("autoscaler: draining broker %d to give its node back (%s)",
                                   decision.drain, "; ".join(decision.reasons))  # fmt: skip
-            await self.balancing.drain_broker(decision.drain, True)
-        if decision.retire is not None:
-            await self.retire(decision.retire)
+            await self.balancing.drain_broker(decision.drain, True, by="autoscaler")
         return decision
 
-    async def retire(self, broker_id: int) -> None:
+    async def retire(self, broker_id: int) -> bool:
         """Remove an emptied broker for good and stop its actors (the record first: the
-        disk-join check then no longer starts an agent on the node while it lives on)."""
+        disk-join check then no longer starts an agent on the node while it lives on).
+        False if the metadata refuses (it holds a replica again)."""
         core = self.core
         async with core.lock:
             broker = core.image.brokers.get(broker_id)
             if broker is None:
-                return
-            core.store.append([{"type": "retire", "broker_id": broker_id}])
+                return True
+            try:
+                core.store.append([{"type": "retire", "broker_id": broker_id}])
+            except InvalidRecord as e:
+                core.logger.info("autoscaler: broker %d not retired: %s", broker_id, e)
+                return False
         core.liveness.forget(broker_id)
-        slots = core.image.next_host_slot.get(broker_id, 0)
-        names = [host_name(broker_id, s) for s in range(slots)] + [agent_name(broker.disk)]
-        await asyncio.to_thread(self.stop, names)
+        await self._stop_retired({broker.disk})
         self.retired.append(broker_id)
         core.logger.info("autoscaler: retired broker %d (disk %s); its node is idle now",
                          broker_id, broker.disk)  # fmt: skip
+        return True
+
+    async def _stop_retired(self, disks: set[str]) -> None:
+        """Stop the actors of retired brokers on ``disks`` (again after a controller
+        restart between the record and the stop: a retired node must end up idle)."""
+        image = self.core.image
+        names = []
+        for broker_id, disk in image.retired_brokers.items():
+            if disk in disks:
+                slots = image.next_host_slot.get(broker_id, 0)
+                names += [host_name(broker_id, s) for s in range(slots)] + [agent_name(disk)]
+        if names:
+            await asyncio.to_thread(self.stop, names)
 
     def describe(self) -> dict[str, Any]:
         last = self.last

@@ -31,6 +31,7 @@ from typing import Any
 from rafka.actors.broker_loads import NO_LOAD, BrokerLoads, partition_load
 from rafka.actors.controller_core import ControllerCore, now_ms
 from rafka.actors.partition_changes import PartitionChanges
+from rafka.actors.placement import ephemeral_node
 from rafka.actors.reassignments import Reassignments
 from rafka.cluster.balancer import active_goals, plan
 from rafka.cluster.balancer_types import (
@@ -96,7 +97,8 @@ class Balancing:
             BrokerView(b, rack=state.rack, dead_since_ms=self._dead_since.get(b),
                        draining=b in image.draining_brokers,
                        disk_capacity=loads.get(b, NO_LOAD).disk_capacity,
-                       disk_used=loads.get(b, NO_LOAD).disk_used)
+                       disk_used=loads.get(b, NO_LOAD).disk_used,
+                       ephemeral=ephemeral_node(state.disk) is not None)
             for b, state in sorted(image.brokers.items())
         )  # fmt: skip
         partitions = []
@@ -214,8 +216,10 @@ class Balancing:
 
     # -- admin ---------------------------------------------------------------------------------
 
-    async def drain_broker(self, broker_id: int, draining: bool) -> dict[str, Any]:
-        """Record that ``broker_id`` is to be emptied (or no longer), then plan at once."""
+    async def drain_broker(self, broker_id: int, draining: bool,
+                           by: str = "admin") -> dict[str, Any]:  # fmt: skip
+        """Record that ``broker_id`` is to be emptied (or no longer), then plan at once.
+        ``by``: who asked ("autoscaler": the broker is to be retired once empty)."""
         if broker_id not in self.core.image.brokers:
             raise InvalidReplicaAssignment(
                 f"broker {broker_id} is not registered; known brokers: "
@@ -230,7 +234,7 @@ class Balancing:
                 )
             if (broker_id in self.core.image.draining_brokers) != draining:
                 self.core.store.append([{"type": "drain", "broker_id": broker_id,
-                                         "draining": draining}])  # fmt: skip
+                                         "draining": draining, "by": by}])  # fmt: skip
         if draining:
             await self.tick()
         return self.describe()

@@ -252,6 +252,10 @@ class Controller:
     async def describe_autoscaler(self) -> dict[str, Any]:
         return self.autoscaling.describe()
 
+    async def retired_disks(self) -> list[str]:
+        """Disks of retired brokers (their nodes may live on until Ray releases them)."""
+        return sorted(self.image.retired_brokers.values())
+
     async def reconcile(self) -> dict[str, int]:
         """Make the replica actors match the metadata now: every state pushed, missing
         actors created, strays deleted (``rafka.actors.reconcile``); returns the counts."""

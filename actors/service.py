@@ -254,6 +254,12 @@ def start_services(
         # with its node.
         lasting = [d for d in disks if ephemeral_node(d) is None]
         disk = controller_disk or (dedicated[0] if dedicated else (lasting or disks)[0])
+        if ephemeral_node(disk) is not None:
+            log.warning(
+                "the controller starts on ephemeral disk %s: its metadata log ends with that "
+                "node; give the cluster a node with a named disk (--labels %s=<name>) or "
+                "the %s resource", disk, DISK_LABEL, CONTROLLER_RESOURCE,
+            )  # fmt: skip
         if disk not in disks and disk not in dedicated:
             raise BrokerNotAvailable(
                 f"controller disk {disk!r} is not on a live node; live disks: {disks}"
@@ -265,6 +271,9 @@ def start_services(
             max_concurrency=1000, **pinned_to_disk(disk, resource),
         ).remote(data_root, disk, namespace, settings or {})  # fmt: skip
     ray.get(controller.ping.remote(), timeout=timeout_s)
+    # A retired broker's node lives on until Ray releases it: no agent for it.
+    retired = set(ray.get(controller.retired_disks.remote(), timeout=timeout_s))
+    disks = [d for d in disks if d not in retired]
     agents = [node_agent(data_root, disk, namespace) for disk in disks]
     starts = [a.start.remote() for a in agents]
     for disk, started in zip(disks, starts):

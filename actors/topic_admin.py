@@ -48,7 +48,7 @@ class TopicAdmin:
         self.changes = changes
         # Told of a creation refused for too few brokers (the autoscaler asks Ray for them);
         # True when more brokers are on their way.
-        self.on_too_few_brokers: Callable[[int], bool] = lambda brokers: False
+        self.on_too_few_brokers: Callable[[int, str], bool] = lambda brokers, topic: False
 
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, config: dict | None,
@@ -66,7 +66,7 @@ class TopicAdmin:
                     )  # fmt: skip
                 except InvalidReplicationFactor as e:
                     if replication_factor > len(live) and self.on_too_few_brokers(
-                            replication_factor):
+                            replication_factor, name):
                         raise InvalidReplicationFactor(
                             f"{e}; rafka has asked Ray's autoscaler for {replication_factor} "
                             "disk nodes: retry once they have joined (rafka balancer status)"

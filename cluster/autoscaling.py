@@ -64,30 +64,40 @@ class AutoscalingSettings:
 
 @dataclass
 class AutoscalerState:
-    """What the autoscaler remembers between ticks (this controller's own, not durable: a
-    restarted controller asks again at its first tick and waits the scale-down delay anew).
-    ``requested``: brokers asked of Ray at the last request (None: never asked);
-    ``low_since_ms``: since when one broker fewer would do; ``retiring``: the broker it is
-    draining to give back; ``topic_demand``: (brokers, when) of refused topic creations."""
+    """What the autoscaler remembers between ticks (this controller's own: a restarted
+    controller asks again at its first tick, waits the scale-down delay anew, and finds the
+    broker it was retiring from the metadata). ``requested``: brokers asked of Ray at the
+    last request (None: never asked); ``low_since_ms``: since when one broker fewer would
+    do; ``retiring``: the broker it is draining to give back; ``topic_demand``: topic name
+    -> (brokers, when first refused) of refused topic creations."""
 
     requested: int | None = None
     low_since_ms: int | None = None
     retiring: int | None = None
-    topic_demand: list[tuple[int, int]] = field(default_factory=list)
+    topic_demand: dict[str, tuple[int, int]] = field(default_factory=dict)
 
-    def want_for_topic(self, brokers: int, now_ms: int) -> None:
-        """A topic creation was refused: it needs ``brokers`` brokers."""
-        self.topic_demand.append((brokers, now_ms))
+    def want_for_topic(self, brokers: int, now_ms: int, max_brokers: int,
+                       topic: str = "") -> bool:  # fmt: skip
+        """A creation of ``topic`` was refused: it needs ``brokers`` brokers. True if they
+        are asked for: not beyond ``max_brokers`` (no node would ever make it fit), and a
+        retry does not renew the demand (a client retrying in a loop would hold the
+        cluster up for good)."""
+        if brokers > max_brokers:
+            return False
+        first = self.topic_demand.get(topic)
+        self.topic_demand[topic] = (max(brokers, first[0]) if first else brokers,
+                                    first[1] if first else now_ms)  # fmt: skip
+        return True
 
     def met_for_topics(self, brokers: int) -> None:
         """``brokers`` are there: the creations that wanted at most that many can go ahead,
         and their demand no longer holds brokers up (the topic's own replicas do)."""
-        self.topic_demand = [(n, t) for n, t in self.topic_demand if n > brokers]
+        self.topic_demand = {t: d for t, d in self.topic_demand.items() if d[0] > brokers}
 
     def wanted_by_topics(self, now_ms: int) -> int:
-        self.topic_demand = [(n, t) for n, t in self.topic_demand
-                             if now_ms - t < TOPIC_DEMAND_TTL_MS]  # fmt: skip
-        return max((n for n, _ in self.topic_demand), default=0)
+        self.topic_demand = {t: (n, at) for t, (n, at) in self.topic_demand.items()
+                             if now_ms - at < TOPIC_DEMAND_TTL_MS}  # fmt: skip
+        return max((n for n, _ in self.topic_demand.values()), default=0)
 
 
 @dataclass
@@ -122,7 +132,9 @@ def brokers_needed(view: ClusterView, settings: AutoscalingSettings, wanted_by_t
         "topic creations": wanted_by_topics,
     }
     if capacities:
-        needs["disk"] = _need(stored, min(capacities) * settings.disk_threshold * share)
+        # The mean disk: a small disk joining must not raise the need it was added for.
+        mean = sum(capacities) / len(capacities)
+        needs["disk"] = _need(stored, mean * settings.disk_threshold * share)
     needed = max(needs.values())
     return needed, [f"{what}: {n}" for what, n in needs.items() if n and n == needed]
 
@@ -134,44 +146,65 @@ def _need(total: float, per_broker: float) -> int:
 def decide(view: ClusterView, settings: AutoscalingSettings, state: AutoscalerState,
            removable: set[int], now_ms: int, lingering: int = 0) -> Decision:  # fmt: skip
     """The autoscaler's step (see the module docstring). Updates ``state``'s timers and
-    ``requested``/``retiring`` as if the decision is carried out. ``lingering``: retired
-    brokers whose node Ray has not released yet (it counts them against the request)."""
-    staying = [b for b in view.brokers if not b.draining and (
-        b.alive or now_ms - b.dead_since_ms < settings.dead_grace_ms)]
-    state.met_for_topics(len(staying))
+    ``requested``/``retiring`` as if the decision is carried out. ``removable``: brokers on
+    ephemeral disks the autoscaler may give back (one lost is gone for good);
+    ``lingering``: retired brokers whose node Ray has not released yet.
+
+    Ray counts the nodes alive against the request, so the request counts what Ray sees:
+    the brokers alive, the new ones wanted, and, while asking for more, the alive nodes
+    rafka will not use (retired or draining), which would otherwise meet part of it. A named
+    broker down for less than ``dead_grace_ms`` still counts as one of the cluster (Ray
+    brings its node back) but is not asked for again."""
+    holds = {b for p in view.partitions for b in p.replicas}
+    alive = [b for b in view.brokers if b.alive and not b.draining]
+    returning = [b for b in view.brokers if not b.alive and not b.draining
+                 and b.broker_id not in removable
+                 and now_ms - b.dead_since_ms < settings.dead_grace_ms]  # fmt: skip
+    unused_alive = lingering + sum(1 for b in view.brokers if b.alive and b.draining)
+    staying = len(alive) + len(returning)
+    state.met_for_topics(staying)
     topics = state.wanted_by_topics(now_ms)
     needed, reasons = brokers_needed(view, settings, topics)
     wanted = min(max(needed, settings.min_brokers), settings.max_brokers)
     decision = Decision(wanted=wanted, reasons=reasons)
+    # A lost ephemeral broker never comes back: once healing has moved its replicas away,
+    # it is retired (one a tick).
+    lost = [b.broker_id for b in view.brokers if not b.alive and b.broker_id in removable
+            and b.broker_id not in holds]  # fmt: skip
     retiring = next((b for b in view.brokers if b.broker_id == state.retiring), None)
-    if retiring is None or not retiring.draining:
-        state.retiring = None  # retired, or undrained by an admin
-    if state.retiring is not None and wanted > len(staying):
+    if retiring is None or not retiring.draining or not retiring.alive:
+        state.retiring = None  # retired, undrained by an admin, or lost (healing takes it)
+    if state.retiring is not None and wanted > staying:
         decision.undrain = state.retiring  # needed again: keep it
         decision.reasons.append(f"broker {state.retiring} is needed again")
+        alive.append(retiring)
         state.retiring = None
-        staying.append(retiring)
-    if wanted > len(staying):
+        staying += 1
+        unused_alive -= 1
+    if wanted > staying:
         state.low_since_ms = None
-        # A retired node still up would meet part of the request and be kept for it, idle
-        # and never used again: ask for as many more.
-        if state.requested != wanted + lingering:
-            decision.request = state.requested = wanted + lingering
+        target = wanted - len(returning) + unused_alive
+        if state.requested != target:
+            decision.request = state.requested = target
+        decision.retire = lost[0] if lost else None
         return decision
-    if state.retiring is not None:
-        if not any(state.retiring in p.replicas for p in view.partitions):
-            decision.retire, state.retiring = state.retiring, None
-            decision.request = state.requested = len(staying)
+    if state.retiring is not None and state.retiring not in holds:
+        decision.retire, state.retiring = state.retiring, None
+        decision.request = state.requested = len(alive)
         return decision
-    if state.requested != len(staying):
+    if lost:
+        decision.retire = lost[0]
+    if state.requested != len(alive):
         # Ask for what the cluster has: less would let Ray take a node rafka still uses,
-        # were the node ever idle; more would keep a retired node Ray should release.
-        decision.request = state.requested = len(staying)
+        # were the node ever idle; more would keep a node Ray should release.
+        decision.request = state.requested = len(alive)
+    if state.retiring is not None:
+        return decision
     low, _ = brokers_needed(view, settings, topics, LOW_WATER)
     low = max(low, settings.min_brokers)
-    candidates = [b.broker_id for b in staying if b.alive and b.broker_id in removable]
-    quiet = not any(p.moving for p in view.partitions)
-    if low > len(staying) - 1 or not candidates or not quiet:
+    candidates = [b.broker_id for b in alive if b.broker_id in removable]
+    quiet = not any(p.moving for p in view.partitions) and not returning and not lost
+    if low > staying - 1 or not candidates or not quiet:
         state.low_since_ms = None
         return decision
     if state.low_since_ms is None:
@@ -181,7 +214,7 @@ def decide(view: ClusterView, settings: AutoscalingSettings, state: AutoscalerSt
     held = {b: sum(b in p.replicas for p in view.partitions) for b in candidates}
     emptiest = min(candidates, key=lambda b: (held[b], -b))
     decision.drain = state.retiring = emptiest
-    decision.reasons = [f"{len(staying) - 1} broker(s) would hold the load below "
+    decision.reasons = [f"{staying - 1} broker(s) would hold the load below "
                         f"{LOW_WATER:.0%} of every limit for "
                         f"{settings.scale_down_delay_ms} ms"]  # fmt: skip
     state.low_since_ms = None

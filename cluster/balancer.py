@@ -12,7 +12,9 @@ reported in ``Plan.violations``.
   from the in-sync replicas that remain (the new replica copies the leader's log). A target
   that keeps the partition's racks is preferred; where none is left, emptying comes first.
 - Rack awareness: a partition's replicas span as many racks as they can (one per rack while
-  there are at least as many racks as replicas).
+  there are at least as many racks as replicas). No move takes a partition's last copy on a
+  named disk to an ephemeral one (an autoscaled node's disk ends with it), except to empty
+  a leaving broker when no named disk can take it.
 - Disk capacity: no broker above ``disk_threshold`` of its disk after a move.
 - Replicas per broker, leaders per broker: the most and the least loaded brokers differ by at
   most one (so each is within one of the mean).
@@ -104,6 +106,7 @@ class _Projection:
         self.eligible = sorted(b.broker_id for b in view.brokers
                                if b.alive and b.broker_id not in self.leaving)  # fmt: skip
         self.rack = {b.broker_id: b.rack for b in view.brokers}
+        self.lasting = {b.broker_id for b in view.brokers if not b.ephemeral}
         racks = {self.rack[b] for b in self.eligible}
         self.rack_count = 0 if None in racks else len(racks)
         self.disk = {b.broker_id: b.disk_used for b in view.brokers}
@@ -197,12 +200,21 @@ class _Projection:
                 and self.disk_fits(broker, self.partitions[key].size_bytes))  # fmt: skip
 
     def keeps_racks(self, key: tuple[str, int], source: int, destination: int) -> bool:
-        """Moving the replica does not lower how many racks the partition spans."""
+        """Moving the replica lowers neither how many racks the partition spans nor leaves
+        it with no copy on a lasting (named) disk it had: a copy on an ephemeral disk ends
+        with its node (see ``keeps_lasting``)."""
+        if not self.keeps_lasting(key, source, destination):
+            return False
         if not self.rack_count:
             return True
         before = self.replicas[key]
         after = [destination if b == source else b for b in before]
         return self.distinct_racks(after) >= self.distinct_racks(before)
+
+    def keeps_lasting(self, key: tuple[str, int], source: int, destination: int) -> bool:
+        before = self.replicas[key]
+        return (destination in self.lasting or source not in self.lasting
+                or any(b in self.lasting for b in before if b != source))
 
     # -- changing it ---------------------------------------------------------------------------
 
@@ -276,6 +288,7 @@ def _rack_aware(state: _Projection, result: Plan) -> None:
         for source in sources:
             targets = [b for b in state.eligible if state.rack[b] not in seen
                        and state.may_receive(key, b, soft=False)
+                       and state.keeps_lasting(key, source, b)
                        and not state.throttled(source, b)]  # fmt: skip
             if targets:
                 destination = min(targets, key=lambda b: (counts[b], b))
@@ -304,8 +317,11 @@ def _leaving(state: _Projection, result: Plan) -> None:
             counts = state.replica_counts()
             targets = [b for b in state.eligible if state.may_receive(key, b, soft=False)
                        and not state.throttled(source, b)]  # fmt: skip
+            # A leaving broker must be emptied: an ephemeral target only when no lasting
+            # one keeps the partition's copy on a named disk.
             racks_first = sorted(targets, key=lambda b: (
-                -_racks_after(state, key, source, b), counts[b], b))
+                not state.keeps_lasting(key, source, b), -_racks_after(state, key, source, b),
+                counts[b], b))  # fmt: skip
             if racks_first:
                 state.move(result, key, source, racks_first[0], Goal.LEAVING)
                 break  # one reassignment per partition at a time: the next tick moves more

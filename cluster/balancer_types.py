@@ -53,7 +53,8 @@ HARD_GOALS = (Goal.LEAVING, Goal.RACK_AWARE, Goal.DISK_CAPACITY)
 class BrokerView:
     """One broker. ``disk_capacity`` and ``disk_used`` in bytes (capacity 0: unknown, the
     disk goal leaves it alone); ``dead_since_ms`` is when it was last seen alive (None while
-    alive); ``draining``: an admin asked for it to be emptied."""
+    alive); ``draining``: an admin asked for it to be emptied; ``ephemeral``: its disk ends
+    with its node (an autoscaled node's)."""
 
     broker_id: int
     rack: str | None = None
@@ -61,6 +62,7 @@ class BrokerView:
     draining: bool = False
     disk_capacity: int = 0
     disk_used: int = 0
+    ephemeral: bool = False
 
     @property
     def alive(self) -> bool:

@@ -25,7 +25,8 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
                    partition, broker_id], ...]}        with their log intact (created, or seen)
     fenced      {broker_id, fenced}                    a broker was fenced (missed its
                                                        heartbeats) or came back
-    drain       {broker_id, draining}                  an admin asked for a broker to be
+    drain       {broker_id, draining, by}              an admin (or, ``by`` "autoscaler", the
+                                                       autoscaler) asked for a broker to be
                                                        emptied (or no longer)
     retire      {broker_id}                            an emptied broker was removed for good
                                                        (its node given back to Ray); its id
@@ -168,6 +169,7 @@ class MetadataImage:
         self.fenced_brokers: set[int] = set()
         self.draining_brokers: set[int] = set()  # the balancer empties them
         self.retired_brokers: dict[int, str] = {}  # broker id -> disk, removed for good
+        self.autoscaler_drains: set[int] = set()  # draining to be retired (by autoscaling)
         # Ids of deleted topics: only their leftovers are deleted; a replica of a topic id
         # this metadata never knew may belong to another cluster's metadata, and is kept.
         self.deleted_topics: set[str] = set()
@@ -266,12 +268,16 @@ class MetadataImage:
         elif kind == "drain":
             if record["draining"]:
                 self.draining_brokers.add(record["broker_id"])
+                if record.get("by") == "autoscaler":
+                    self.autoscaler_drains.add(record["broker_id"])
             else:
                 self.draining_brokers.discard(record["broker_id"])
+                self.autoscaler_drains.discard(record["broker_id"])
         elif kind == "retire":
             broker = self.brokers.pop(record["broker_id"])
             self.retired_brokers[broker.broker_id] = broker.disk
             self.draining_brokers.discard(broker.broker_id)
+            self.autoscaler_drains.discard(broker.broker_id)
             self.fenced_brokers.discard(broker.broker_id)
             self.broker_nodes.pop(broker.broker_id, None)
         elif kind == "controller":
@@ -332,7 +338,8 @@ class MetadataImage:
                    for b, n in self.next_host_slot.items())  # fmt: skip
         out.extend({"type": "fenced", "broker_id": b, "fenced": True}
                    for b in sorted(self.fenced_brokers))  # fmt: skip
-        out.extend({"type": "drain", "broker_id": b, "draining": True}
+        out.extend({"type": "drain", "broker_id": b, "draining": True,
+                    "by": "autoscaler" if b in self.autoscaler_drains else "admin"}
                    for b in sorted(self.draining_brokers))  # fmt: skip
         if self.deleted_topics:
             out.append({"type": "deleted_topics", "topic_ids": sorted(self.deleted_topics)})

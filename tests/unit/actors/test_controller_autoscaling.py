@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from rafka.actors.autoscaling import Autoscaling
-from rafka.errors import InvalidConfig, InvalidReplicationFactor
+from rafka.errors import InvalidConfig, InvalidRecord, InvalidReplicationFactor
 from tests.unit.actors.controller_fakes import ControllerProcess, Registry, node_of, settle
 
 AUTO = [f"auto-{str(i) * 56}" for i in range(3)]
@@ -88,6 +88,47 @@ def test_nothing_happens_with_autoscaling_off(tmp_path):
             await process.topics.create_topic("orders", 1, 3, None, False, None)
         assert "autoscaler" not in str(refused.value)
         assert not scaler.enabled
+        process.store.close()
+
+    asyncio.run(main())
+
+
+def test_a_restarted_controller_goes_on_retiring_the_broker_the_autoscaler_drained(tmp_path):
+    async def main():
+        directory = str(tmp_path / "c")
+        process, scaler, _, _ = await start(directory, AUTO)
+        await scaler.tick()
+        retiring = scaler.state.retiring
+        assert process.image.autoscaler_drains == {retiring}
+        process.store.close()
+        again, scaler, requests, stopped = await start(directory, [])
+        await scaler.tick()
+        assert retiring in again.image.retired_brokers and retiring not in again.image.brokers
+        assert requests == [2] and stopped
+        again.store.close()
+
+    asyncio.run(main())
+
+
+def test_a_broker_given_a_replica_before_it_was_retired_stays_and_ray_keeps_its_node(tmp_path):
+    async def main():
+        process, scaler, requests, stopped = await start(str(tmp_path / "c"), AUTO)
+        await scaler.tick()
+        retiring = scaler.state.retiring
+        append = process.store.append
+
+        def refuse_retire(records):  # a replica was placed on it between plan and record
+            if any(r["type"] == "retire" for r in records):
+                raise InvalidRecord("broker still holds replicas of ['t-0']: drain it")
+            return append(records)
+
+        process.store.append = refuse_retire
+        await scaler.tick()
+        assert retiring in process.image.brokers and scaler.state.retiring == retiring
+        assert requests == [3] and not stopped  # the request was not lowered
+        process.store.append = append
+        await scaler.tick()
+        assert retiring in process.image.retired_brokers and requests == [3, 2]
         process.store.close()
 
     asyncio.run(main())

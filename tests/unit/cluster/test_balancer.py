@@ -324,3 +324,26 @@ def test_a_leader_serving_as_many_copies_as_the_throttle_allows_starts_no_more()
     result = plan(ClusterView(brokers, busy + idle), settings, MoveHistory(), NOW,
                   (Goal.REPLICA_COUNT,))  # fmt: skip
     assert result.moves == [] and Goal.REPLICA_COUNT in result.violations
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_no_plan_takes_a_partitions_last_copy_on_a_named_disk_to_an_ephemeral_one(seed):
+    # Two named disks hold everything; autoscaled (ephemeral) brokers join. Every goal runs,
+    # with brokers draining too: a partition that had a copy on a named disk keeps one,
+    # unless emptying a leaving broker left no named disk to take it.
+    rng = random.Random(seed)
+    named, joined = 2, rng.randint(1, 4)
+    brokers = tuple(BrokerView(b, ephemeral=b >= named,
+                               draining=b > named and rng.random() < 0.2)
+                    for b in range(named + joined))  # fmt: skip
+    partitions = tuple(
+        PartitionView("t", p, r, r[0], r, bytes_in_per_s=rng.choice([0.0, 1e4, 1e5]))
+        for p, r in enumerate(tuple(rng.sample(range(named), rng.randint(1, named)))
+                              for _ in range(rng.randint(4, 24)))
+    )  # fmt: skip
+    view = ClusterView(brokers, partitions)
+    settings = BalancerSettings(mode=Mode.CONTINUOUS, max_moves_per_broker=3)
+    final, plans = run(view, settings, rounds=100)
+    assert any(p.moves for p in plans)  # the joined brokers did get replicas
+    for p in final.partitions:
+        assert any(b < named for b in p.replicas), (p.key, p.replicas)
