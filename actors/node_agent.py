@@ -14,6 +14,12 @@ from typing import Any
 
 import ray
 
+from rafka.actors.disk_identity import (
+    memory_available,
+    node_label,
+    read_meta_properties,
+    write_meta_properties,
+)
 from rafka.actors.load_reports import LoadReporter
 from rafka.actors.logs import actor_logger, label_process_logs, log_prefix
 from rafka.actors.placement import CONTROLLER_NAME, disk_dir, pinned_to_disk
@@ -22,11 +28,9 @@ from rafka.actors.replica_state import newer_topic_holds, read_state, stray_path
 from rafka.cluster.hosting import host_name
 from rafka.cluster.placement import RACK_LABEL
 from rafka.errors import KafkaStorageError
-from rafka.storage.checkpoint import read_text, write_atomically
 from rafka.storage.log import partition_dir
 from rafka.storage.log_loader import ensure_writable_directory
 
-META_PROPERTIES = "meta.properties"
 #: How long a replica of a deleted topic gets to delete itself before a newer topic of its
 #: name takes the directory, s (it is killed after).
 RETIRE_TIMEOUT_S = 30.0
@@ -47,23 +51,6 @@ LIVENESS_GROUP = "liveness"
 CONCURRENCY_GROUPS = {LIVENESS_GROUP: 100}
 
 
-def read_meta_properties(directory: str) -> dict[str, str]:
-    text = read_text(os.path.join(directory, META_PROPERTIES)) or ""
-    props = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, value = line.split("=", 1)
-            props[key.strip()] = value.strip()
-    return props
-
-
-def write_meta_properties(directory: str, props: dict[str, str]) -> None:
-    body = "#rafka broker identity of this disk; do not copy to another disk\n"
-    body += "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
-    write_atomically(os.path.join(directory, META_PROPERTIES), body.encode())
-
-
 class NodeAgent:
     def __init__(self, data_root: str, disk: str, namespace: str) -> None:
         self.logger = actor_logger(__name__, "NodeAgent", disk=disk)
@@ -81,7 +68,7 @@ class NodeAgent:
             )
         self.broker_id = int(props["broker.id"]) if "broker.id" in props else None
         self._label_logs()
-        self.rack = _node_label(RACK_LABEL)
+        self.rack = node_label(RACK_LABEL)
         self.hosts: dict[int, Any] = {}  # slot -> running host actor
         self._host_locks: dict[int, asyncio.Lock] = {}
         self._watches: dict[int, asyncio.Task] = {}
@@ -476,28 +463,6 @@ class NodeAgent:
             "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid(),
             "disk_total_bytes": usage.total, "disk_free_bytes": usage.free,
         }  # fmt: skip
-
-
-def memory_available() -> int | None:
-    """Bytes of memory this node has available (Linux's MemAvailable); None where that is
-    not known (the controller then does not check what fits here)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _node_label(name: str) -> str | None:
-    """A label of the node this process runs on (None when it is not set)."""
-    node_id = ray.get_runtime_context().get_node_id()
-    for node in ray.nodes():
-        if node.get("NodeID") == node_id:
-            return (node.get("Labels") or {}).get(name)
-    return None
 
 
 def _find(name: str, namespace: str):
