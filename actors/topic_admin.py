@@ -35,7 +35,12 @@ from rafka.cluster.hosting import check_fits
 from rafka.cluster.metadata import NO_LEADER, TopicState
 from rafka.cluster.settings import setting
 from rafka.cluster.topics import is_internal
-from rafka.errors import InvalidReplicationFactor, TopicAlreadyExists, UnknownTopicOrPartition
+from rafka.errors import (
+    InvalidReplicationFactor,
+    RafkaError,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
 from rafka.storage.config import LogConfig
 
 
@@ -237,6 +242,9 @@ class TopicAdmin:
                         )  # fmt: skip
                     except TopicAlreadyExists:
                         pass
+                    except RafkaError as e:  # this topic's answer, as Kafka gives it
+                        out[name] = (e.errno, str(e))
+                        continue
             try:
                 out[name] = self.describe(self.core.image.topic(name))
             except UnknownTopicOrPartition as e:

@@ -132,3 +132,19 @@ def test_a_broker_given_a_replica_before_it_was_retired_stays_and_ray_keeps_its_
         process.store.close()
 
     asyncio.run(main())
+
+
+def test_an_auto_created_topic_refused_answers_for_itself_and_not_for_the_others(tmp_path):
+    # Kafka answers a metadata request per topic: INVALID_REPLICATION_FACTOR for the one it
+    # could not create, the others as they are.
+    async def main():
+        settings = {"auto.create.topics.enable": True, "default.replication.factor": 3}
+        process, _, _, _ = await start(str(tmp_path / "c"), AUTO[:1], settings=settings)
+        await process.topics.create_topic("existing", 1, 1, None, False, None)
+        answer = await process.topics.metadata(["existing", "new-topic"], True)
+        assert answer["existing"]["name"] == "existing"
+        errno, message = answer["new-topic"]
+        assert errno == InvalidReplicationFactor.errno and "replication factor 3" in message
+        process.store.close()
+
+    asyncio.run(main())
