@@ -49,7 +49,7 @@ from rafka.cluster.settings import setting
 #: Node label giving the disk's capacity in bytes (see the module docstring).
 DISK_BYTES_LABEL = "rafka_disk_bytes"
 #: How long the agent waits for one host's counters, s; a host that does not answer in time
-#: counts as not answering (its replicas keep their sizes, with no traffic).
+#: counts as not answering (its replicas keep their last sizes and rates).
 HOST_TIMEOUT_S = 5.0
 #: How long the agent waits for the controller to take a report, s.
 CONTROLLER_TIMEOUT_S = 10.0

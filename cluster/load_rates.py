@@ -86,30 +86,31 @@ class LoadRates:
 
     def __init__(self) -> None:
         self._last: dict[int, HostSample] = {}  # slot -> its last answer
+        self._loads: dict[int, list[ReplicaLoad]] = {}  # slot -> what its last answer gave
 
     def update(self, answers: Mapping[int, HostSample | None]) -> list[ReplicaLoad]:
         """Every replica of the disk, with its rates since the previous sample of its host.
 
         ``answers`` holds every host slot the disk has: a sample, or None for a host that
         did not answer (restarting, or too slow). Such a host's replicas keep their last
-        known sizes (their files are still on the disk) with rates 0 (nothing was measured),
-        and its next answer is compared with its last one. A slot left out is gone (its
-        host was emptied and stopped): forgotten."""
+        known sizes and rates (the busiest hosts are the likeliest to be slow: taking them
+        as idle would show the load dropping when it is highest), and its next answer is
+        compared with its last one. A slot left out is gone (its host was emptied and
+        stopped): forgotten."""
         out: list[ReplicaLoad] = []
         for slot, sample in answers.items():
             last = self._last.get(slot)
             if sample is None:
-                if last is not None:
-                    out.extend(ReplicaLoad(r.topic_id, r.partition, r.size_bytes, 0.0, 0.0)
-                               for r in last.replicas)  # fmt: skip
+                out.extend(self._loads.get(slot, ()))
                 continue
             before = {(r.topic_id, r.partition): r for r in last.replicas} if last else {}
-            for now in sample.replicas:
-                then = before.get((now.topic_id, now.partition))
-                out.append(_rates(now, sample.at_ms, then, last.at_ms if last else None))
-            self._last[slot] = sample
+            loads = [_rates(now, sample.at_ms, before.get((now.topic_id, now.partition)),
+                            last.at_ms if last else None) for now in sample.replicas]
+            out.extend(loads)
+            self._last[slot], self._loads[slot] = sample, loads
         for slot in set(self._last) - set(answers):
             del self._last[slot]
+            self._loads.pop(slot, None)
         return out
 
 
