@@ -247,7 +247,8 @@ class Controller:
         return await self.balancing.rebalance(dry_run)
 
     async def describe_balancer(self) -> dict[str, Any]:
-        return {**self.balancing.describe(), "host_packing": self.host_packing.describe()}
+        return {**self.balancing.describe(), "host_packing": self.host_packing.describe(),
+                "autoscaling": self.autoscaling.describe()}
 
     async def describe_autoscaler(self) -> dict[str, Any]:
         return self.autoscaling.describe()

@@ -34,6 +34,7 @@ def _status(answer: dict[str, Any]) -> BalancerStatus:
         disk_capacity=_per_broker(answer, "disk_capacity", int),
         bytes_in_per_s=_per_broker(answer, "bytes_in_per_s", float),
         bytes_out_per_s=_per_broker(answer, "bytes_out_per_s", float),
+        autoscaling=answer.get("autoscaling"), host_packing=answer.get("host_packing"),
     )  # fmt: skip
 
 

@@ -291,3 +291,9 @@ class BalancerStatus(NamedTuple):
     disk_capacity: dict[int, int]
     bytes_in_per_s: dict[int, float]
     bytes_out_per_s: dict[int, float]
+    #: The autoscaler (``partition.autoscaling.enable``): ``enabled``, brokers ``wanted`` and
+    #: why (``reasons``), disk nodes ``requested`` of Ray, the broker it is ``retiring``,
+    #: those ``retired``, and the ``removable`` ones (on ephemeral disks).
+    autoscaling: dict | None = None
+    #: Replicas moved between host actors by load (``replicas.per.actor`` > 1).
+    host_packing: dict | None = None

@@ -102,11 +102,26 @@ def status_text(status) -> str:
     lines = [f"Mode: {status.mode}   Goals now: {', '.join(status.goals)}",
              f"Moves started: {status.moves_started}   In flight: {len(status.in_flight)}   "
              f"Lost brokers are replaced after {status.heal_after_ms // 1000} s"]
+    lines.append(autoscaling_text(status.autoscaling))
     text = "\n".join(lines) + "\n" + format_table(rows)
     for move in status.in_flight:
         text += (f"Moving {move['topic']}-{move['partition']}: adding {move['adding']}, "
                  f"removing {move['removing']}, in sync {move['isr']}\n")
     return text + plan_text(status.pending, started=False, heading="A rebalance now would")
+
+
+def autoscaling_text(scaling: dict | None) -> str:
+    if not scaling or not scaling.get("enabled"):
+        return "Autoscaling: off"
+    text = f"Autoscaling: wants {scaling['wanted']} broker(s)"
+    if scaling.get("reasons"):
+        text += f" ({'; '.join(scaling['reasons'])})"
+    text += f", asked Ray for {scaling['requested']} disk node(s)"
+    if scaling.get("retiring") is not None:
+        text += f", retiring broker {scaling['retiring']}"
+    if scaling.get("retired"):
+        text += f", retired {scaling['retired']}"
+    return text
 
 
 def disk_text(used: int, capacity: int) -> str:

@@ -225,8 +225,7 @@ def main(data_dir: str) -> dict[str, Any]:
         wait_for(lambda: len(disk_nodes()) == 1, 120, "Ray to remove the idle node")
         timings["node_removed"] = round(time.monotonic() - began, 1)
         nodes["after_scale_down"] = len(disk_nodes())
-        report["autoscaler"] = ray.get(
-            ray.get_actor("rafka-controller", namespace=NAMESPACE).describe_autoscaler.remote())
+        report["autoscaler"] = admin.describe_balancer().autoscaling
 
         # 5. Nothing acknowledged is lost.
         time.sleep(1)  # a few more writes on the broker that stayed

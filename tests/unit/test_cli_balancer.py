@@ -88,7 +88,8 @@ def test_status_shows_each_brokers_disk_use_of_its_capacity_and_its_traffic(admi
     status, out = run(capsys, "balancer", "status")
     assert status == 0
     lines = out.splitlines()
-    assert lines[2].split() == ["BROKER", "REPLICAS", "LEADERS", "DISK", "IN", "OUT", "STATE"]
+    header = next(line for line in lines if line.startswith("BROKER"))
+    assert header.split() == ["BROKER", "REPLICAS", "LEADERS", "DISK", "IN", "OUT", "STATE"]
     rows = [line.split() for line in lines]
     assert ["1", "4", "2", "3.0", "GiB", "of", "10.0", "GiB", "(30%)", "1.5", "MiB/s", "2.0",
             "MiB/s", "live"] in rows
@@ -127,3 +128,15 @@ def test_brokers_and_balancer_help_do_not_import_ray():
     done = help_without_ray(["brokers", "--help"], ["balancer", "rebalance", "--help"])
     assert done.returncode == 0, done.stderr
     assert "--execute" in done.stdout and "drain" in done.stdout
+
+
+def test_the_status_says_what_the_autoscaler_wants_and_asked_ray_for():
+    from rafka.cli.balancer import status_text
+
+    scaling = STATUS._replace(autoscaling={
+        "enabled": True, "wanted": 3, "requested": 4, "retiring": 2, "retired": [5],
+        "reasons": ["replicas: 3"], "removable": [2, 4]})
+    text = status_text(scaling)
+    assert ("Autoscaling: wants 3 broker(s) (replicas: 3), asked Ray for 4 disk node(s), "
+            "retiring broker 2, retired [5]") in text
+    assert "Autoscaling: off" in status_text(STATUS)
