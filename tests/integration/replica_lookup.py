@@ -25,7 +25,8 @@ def running_replicas(ray, namespace: str, topic_id: str | None = None) -> set[st
             hosted = ray.get(agent.hosted.remote(), timeout=30)
         except Exception:  # an agent restarting with its node: its replicas are not running
             continue
-        out.update(replica_name(t, p, b) for t, p, b in hosted if topic_id in (None, t))
+        # Each entry: topic id, partition, broker id, then the host slot.
+        out.update(replica_name(t, p, b) for t, p, b, *_ in hosted if topic_id in (None, t))
     return out
 
 
