@@ -434,11 +434,14 @@ class BrokerCalls:
         live brokers whose agent did not answer in time: what their hosts hold is unknown,
         so none of their replicas counts as missing or stray."""
         live = self.live_brokers()
-        answers = await asyncio.gather(
-            *(asyncio.wait_for(self.call_agent(b, "hosted", patience_s=1.0), HOSTED_TIMEOUT_S)
-              for b in live),
-            return_exceptions=True,
-        )  # fmt: skip
+
+        async def hosted(broker_id: int):
+            # The call is made inside the task: one cancelled before it starts leaves no
+            # coroutine behind that was never awaited.
+            return await asyncio.wait_for(self.call_agent(broker_id, "hosted", patience_s=1.0),
+                                          HOSTED_TIMEOUT_S)  # fmt: skip
+
+        answers = await asyncio.gather(*(hosted(b) for b in live), return_exceptions=True)
         names: set[str] = set()
         unknown: set[int] = set()
         self.misplaced = set()
