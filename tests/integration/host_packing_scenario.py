@@ -24,9 +24,10 @@ import traceback
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from rafka import TopicPartition  # noqa: E402
 from rafka.actors.local_cluster import LocalCluster, wait_for  # noqa: E402
 from rafka.actors.placement import CONTROLLER_NAME  # noqa: E402
+# Run as a script, so its own folder is on the path.
+from packed_scenario import lost_and_duplicated, read_all  # noqa: E402
 
 DISKS = ["d1", "d2"]
 NAMESPACE = "host-packing-scenario"
@@ -87,21 +88,6 @@ def hot_alone(controller) -> bool:
     return all(hot[b] != now[p][b] for p in now if p != HOT_PARTITION for b in hot)
 
 
-def read_all(cluster, admin) -> dict[int, list[tuple[int, bytes]]]:
-    ends = {o["partition"]: o["high_watermark"] for o in admin.partition_offsets(TOPIC)}
-    consumer = cluster.consumer(auto_offset_reset="earliest")
-    consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
-    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and any(
-        (got[p][-1][0] + 1 if got[p] else 0) < ends[p] for p in range(PARTITIONS)
-    ):
-        for record in consumer.poll(timeout_ms=1000):
-            got[record.partition].append((record.offset, record.value))
-    consumer.close()
-    return got
-
-
 def main(data_dir: str) -> dict:
     import ray
 
@@ -136,11 +122,8 @@ def main(data_dir: str) -> dict:
         report["acked"] = len(writer.acked)
         report["acked_hot"] = sum(1 for p, _, _ in writer.acked if p == HOT_PARTITION)
         report["failed_sends"] = writer.failed
-        got = read_all(cluster, admin)
-        read = {(p, offset): value for p, records in got.items() for offset, value in records}
-        report["lost"] = sum(1 for p, o, v in writer.acked if read.get((p, o)) != v)
-        values = [v for records in got.values() for _, v in records]
-        report["duplicated"] = len(values) - len(set(values))
+        report["lost"], report["duplicated"] = lost_and_duplicated(
+            read_all(cluster, admin, TOPIC, PARTITIONS, timeout_s=60), writer.acked)
         report["fencings"] = cluster.status()["fencings"]
         report["summary"] = (
             f"hot partition alone: {report['hot_alone']} (after "

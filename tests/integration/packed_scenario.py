@@ -76,19 +76,31 @@ class Writer(threading.Thread):
             self.failed += 1
 
 
-def read_all(cluster, admin) -> dict[int, list[tuple[int, bytes]]]:
-    ends = {o["partition"]: o["high_watermark"] for o in admin.partition_offsets(TOPIC)}
+def read_all(cluster, admin, topic: str = TOPIC, partitions: int = PARTITIONS,
+             timeout_s: float = 180) -> dict[int, list[tuple[int, bytes]]]:  # fmt: skip
+    """partition -> (offset, value) of every record up to its high watermark."""
+    ends = {o["partition"]: o["high_watermark"] for o in admin.partition_offsets(topic)}
     consumer = cluster.consumer(auto_offset_reset="earliest")
-    consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
-    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
-    deadline = time.monotonic() + 180
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(
-        (got[p][-1][0] + 1 if got[p] else 0) < ends[p] for p in range(PARTITIONS)
+        (got[p][-1][0] + 1 if got[p] else 0) < ends[p] for p in range(partitions)
     ):
         for record in consumer.poll(timeout_ms=1000):
             got[record.partition].append((record.offset, record.value))
     consumer.close()
     return got
+
+
+def lost_and_duplicated(got: dict[int, list[tuple[int, bytes]]], acked,
+                        ignore: tuple[bytes, ...] = ()) -> tuple[int, int]:  # fmt: skip
+    """Acknowledged (partition, offset, value)s not read back at their offset, and values
+    read more than once (``ignore``: values written on purpose more than once)."""
+    read = {(p, offset): value for p, records in got.items() for offset, value in records}
+    lost = sum(1 for p, o, v in acked if read.get((p, o)) != v)
+    values = [v for records in got.values() for _, v in records if v not in ignore]
+    return lost, len(values) - len(set(values))
 
 
 def main(data_dir: str) -> dict:
@@ -146,11 +158,8 @@ def main(data_dir: str) -> dict:
         except TimeoutError:
             report["rejoined"] = False
         report["fencings"] = cluster.status()["fencings"]
-        got = read_all(cluster, admin)
-        read = {(p, offset): value for p, records in got.items() for offset, value in records}
-        report["lost"] = sum(1 for p, o, v in writer.acked if read.get((p, o)) != v)
-        values = [v for records in got.values() for _, v in records if v != b"first"]
-        report["duplicated"] = len(values) - len(set(values))
+        report["lost"], report["duplicated"] = lost_and_duplicated(
+            read_all(cluster, admin), writer.acked, ignore=(b"first",))
         report["summary"] = (
             f"{PARTITIONS} partitions RF=3 packed {SETTINGS['replicas.per.actor']} per host: "
             f"writable in {report['writable_s']} s; killed {report['killed_host']} (led "
