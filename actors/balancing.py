@@ -61,6 +61,7 @@ class Balancing:
         self.history = MoveHistory()
         self._dead_since: dict[int, int] = {}
         self._known: set[int] | None = None  # brokers seen at the last tick
+        self._moving_since: dict[tuple[str, int], int] = {}  # reassignments seen in flight
         self.balancing_node_add = False
         self.last_plan: Plan | None = None
         self.moves_started = 0
@@ -110,6 +111,8 @@ class Balancing:
                     t.name, p.partition, tuple(p.replicas), p.leader, tuple(p.isr),
                     size_bytes=size, bytes_in_per_s=bytes_in, bytes_out_per_s=bytes_out,
                     adding=tuple(p.adding), removing=tuple(p.removing)))  # fmt: skip
+        moving = {p.key for p in partitions if p.moving}
+        self._moving_since = {k: self._moving_since.get(k, now) for k in moving}
         return ClusterView(brokers, tuple(partitions))
 
     # -- load reports --------------------------------------------------------------------------
@@ -268,7 +271,9 @@ class Balancing:
             "heal_after_ms": settings.heal_after_ms,
             "in_flight": [
                 {"topic": p.topic, "partition": p.partition, "adding": list(p.adding),
-                 "removing": list(p.removing), "isr": list(p.isr)}
+                 "removing": list(p.removing), "isr": list(p.isr),
+                 # since this controller first saw it (a stuck move shows here)
+                 "for_ms": now - self._moving_since.get(p.key, now)}
                 for p in view.partitions if p.moving
             ],  # fmt: skip
             "violations": {g.value: v for g, v in full.violations.items()},

@@ -105,7 +105,8 @@ def status_text(status) -> str:
     lines.append(autoscaling_text(status.autoscaling))
     text = "\n".join(lines) + "\n" + format_table(rows)
     for move in status.in_flight:
-        text += (f"Moving {move['topic']}-{move['partition']}: adding {move['adding']}, "
+        since = f" for {move['for_ms'] // 1000} s" if "for_ms" in move else ""
+        text += (f"Moving {move['topic']}-{move['partition']}{since}: adding {move['adding']}, "
                  f"removing {move['removing']}, in sync {move['isr']}\n")
     return text + plan_text(status.pending, started=False, heading="A rebalance now would")
 

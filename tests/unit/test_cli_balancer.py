@@ -24,7 +24,7 @@ STATUS = BalancerStatus(
     mode="node_add", goals=["leaving brokers hold nothing"], balancing_node_add=False,
     draining=[2], dead={3: 42_000}, heal_after_ms=600_000,
     in_flight=[{"topic": "orders", "partition": 1, "adding": [4], "removing": [2],
-                "isr": [1, 2]}],
+                "isr": [1, 2], "for_ms": 42_000}],
     replicas={1: 4, 2: 1, 3: 2, 4: 3}, leaders={1: 2, 2: 0, 3: 1, 4: 1}, moves_started=7,
     pending=PLAN,
     disk_used={1: 3 << 30, 2: 0, 3: 0, 4: 512 << 20},
@@ -79,7 +79,7 @@ def test_drain_and_undrain_ask_for_the_broker_and_print_the_status(admin, capsys
     rows = [line.split() for line in out.splitlines()]
     assert ["2", "1", "0", "-", "0", "B/s", "0", "B/s", "draining"] in rows
     assert ["3", "2", "1", "-", "0", "B/s", "0", "B/s", "dead", "42", "s"] in rows
-    assert "Moving orders-1: adding [4], removing [2], in sync [1, 2]" in out
+    assert "Moving orders-1 for 42 s: adding [4], removing [2], in sync [1, 2]" in out
     run(capsys, "brokers", "undrain", "2")
     assert admin.calls[-1] == ("undrain_broker", 2)
 
@@ -140,3 +140,10 @@ def test_the_status_says_what_the_autoscaler_wants_and_asked_ray_for():
     assert ("Autoscaling: wants 3 broker(s) (replicas: 3), asked Ray for 4 disk node(s), "
             "retiring broker 2, retired [5]") in text
     assert "Autoscaling: off" in status_text(STATUS)
+
+
+def test_the_status_says_how_long_a_move_has_been_in_flight():
+    from rafka.cli.balancer import status_text
+
+    assert "Moving orders-1 for 42 s: adding [4], removing [2], in sync [1, 2]" in (
+        status_text(STATUS))

@@ -152,3 +152,20 @@ def test_a_topic_created_while_a_broker_drains_gets_no_replica_on_it(tmp_path):
         process.store.close()
 
     asyncio.run(main())
+
+
+def test_the_status_says_how_long_each_move_has_been_in_flight(tmp_path):
+    async def main():
+        process = await start(str(tmp_path / "c"), Registry())
+        await with_topic(process)
+        await process.balancing.drain_broker(1, True)
+        first = process.balancing.describe()["in_flight"]
+        assert first and all(m["for_ms"] >= 0 for m in first)
+        await asyncio.sleep(0.05)
+        later = {(m["topic"], m["partition"]): m["for_ms"]
+                 for m in process.balancing.describe()["in_flight"]}  # fmt: skip
+        assert all(later[(m["topic"], m["partition"])] >= m["for_ms"] + 40 for m in first
+                   if (m["topic"], m["partition"]) in later)  # fmt: skip
+        process.store.close()
+
+    asyncio.run(main())
