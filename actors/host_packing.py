@@ -40,7 +40,7 @@ from rafka.cluster.hosting import host_loads, named_replicas
 from rafka.cluster.settings import setting
 
 #: The shortest pause between two packing rounds, s: a round acts on load reports (every
-#: ``broker.load.report.interval.ms``, 10 s by default) and moves at most one replica per
+#: ``broker.load.report.interval.ms``, 5 s by default) and moves at most one replica per
 #: broker; every 30 s is often enough for a replica that turned hot to get a host of its
 #: own within a minute, and rare enough that the decision costs nothing.
 TICK_MIN_S = 30.0
