@@ -88,21 +88,15 @@ class Autoscaling:
     # -- the timer -----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(setting(self.core.settings,
-                                        "partition.autobalancing.tick.interval.ms") / 1000)
-            if self.core.stopping:
-                continue
-            try:
-                if self.enabled:
-                    await self.tick()
-                elif self.state.requested is not None:
-                    # Turned off: Ray would otherwise keep the nodes the last request
-                    # named for good.
-                    await asyncio.to_thread(self.request, 0)
-                    self.state.requested = None
-            except Exception:  # the next tick tries again
-                self.core.logger.exception("autoscaler tick failed")
+        await self.core.every(self.balancing.tick_s, self._round, "autoscaler tick")
+
+    async def _round(self) -> None:
+        if self.enabled:
+            await self.tick()
+        elif self.state.requested is not None:
+            # Turned off: Ray would otherwise keep the nodes the last request named for good.
+            await asyncio.to_thread(self.request, 0)
+            self.state.requested = None
 
     async def tick(self) -> Decision:
         now = now_ms()

@@ -131,15 +131,10 @@ class Balancing:
 
     async def run(self) -> None:
         """Plan and carry out every tick, for as long as the controller runs."""
-        while True:
-            await asyncio.sleep(setting(self.core.settings,
-                                        "partition.autobalancing.tick.interval.ms") / 1000)
-            if self.core.stopping:
-                continue
-            try:
-                await self.tick()
-            except Exception:  # the next tick tries again
-                self.core.logger.exception("balancer tick failed")
+        await self.core.every(self.tick_s, self.tick, "balancer tick")
+
+    def tick_s(self) -> float:
+        return setting(self.core.settings, "partition.autobalancing.tick.interval.ms") / 1000
 
     async def tick(self, requested: bool = False) -> Plan:
         """One round: plan with the goals pursued now and start what it says. Rounds never

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from rafka.cluster import controller as decide
 from rafka.cluster.liveness import BrokerLiveness
@@ -80,6 +80,20 @@ class ControllerCore:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
+
+    async def every(self, interval_s: Callable[[], float], step: Callable[[], Awaitable[Any]],
+                    what: str) -> None:  # fmt: skip
+        """Run ``step`` every ``interval_s()`` seconds for as long as the controller runs,
+        skipping rounds while the services stop; a round that fails is logged (``what``
+        failed) and the next one tries again."""
+        while True:
+            await asyncio.sleep(interval_s())
+            if self.stopping:
+                continue
+            try:
+                await step()
+            except Exception:
+                self.logger.exception("%s failed", what)
 
 
 def unclean_election_enabled(topic: TopicState) -> bool:

@@ -52,12 +52,9 @@ class DiskJoins:
         self._unheard_since: dict[str, float] = {}  # live disks whose broker is not live
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(JOIN_CHECK_S)
-            try:
-                await self.check()
-            except Exception:  # the next round tries again
-                self.core.logger.exception("looking for disk nodes that joined failed")
+        # check() itself does nothing while the services stop.
+        await self.core.every(lambda: JOIN_CHECK_S, self.check,
+                              "looking for disk nodes that joined")
 
     async def check(self) -> list[str]:
         """Start an agent for every live disk without one; returns the disks started."""

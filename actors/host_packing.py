@@ -66,14 +66,7 @@ class HostPacking:
 
     async def run(self) -> None:
         """A round every ``interval_s`` for as long as the controller runs."""
-        while True:
-            await asyncio.sleep(self.interval_s())
-            if self.core.stopping:
-                continue
-            try:
-                await self.tick()
-            except Exception:  # the next round tries again
-                self.core.logger.exception("host packing round failed")
+        await self.core.every(self.interval_s, self.tick, "host packing round")
 
     def loads(self, now: int) -> dict:
         """Each replica's load, bytes/s, where its partition's leader's broker reports."""
