@@ -52,11 +52,13 @@ from rafka.actors.balancing import Balancing
 from rafka.actors.broker_calls import BrokerCalls
 from rafka.actors.broker_watch import BrokerWatch
 from rafka.actors.controller_core import ControllerCore, now_ms
+from rafka.actors.controller_security import ControllerSecurity
 from rafka.actors.disk_joins import DiskJoins, ray_agent_exists, ray_restart_agent
 from rafka.actors.host_packing import HostPacking
 from rafka.actors.coordinator_shards import CoordinatorShards
 from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.partition_changes import PartitionChanges
+from rafka.actors.controller_listeners import ListenerRegistry
 from rafka.actors.placement import disk_dir
 from rafka.actors.ray_actors import RayActors
 from rafka.actors.reassignments import Reassignments
@@ -334,6 +336,57 @@ class Controller:
         is in __consumer_offsets and __transaction_state."""
         return await self.coordinators.stop_coordinators()
 
+    # -- Kafka listeners -----------------------------------------------------------------------
+
+    async def register_listener(self, broker_ids: list[int], endpoints: list) -> int:
+        """A listener actor's report: ``endpoints`` ((protocol, host, port)) reach the
+        brokers ``broker_ids``. Repeated every few seconds; see ``ListenerRegistry``."""
+        return self.listeners.register(broker_ids, endpoints)
+
+    async def listener_endpoints(self, protocol: str | None = None) -> dict[int, list]:
+        """Live brokers' advertised Kafka endpoints: {broker id: [(protocol, host, port)]}."""
+        return self.listeners.endpoints(protocol)
+
+    async def kafka_metadata(
+        self, names: list[str] | None, allow_auto_create: bool, protocol: str
+    ) -> dict[str, Any]:
+        """Brokers, controller and topics for a Kafka Metadata answer over ``protocol``."""
+        return await self.listeners.kafka_metadata(names, allow_auto_create, protocol)
+
+    # -- users and ACLs (``controller_security``) ---------------------------------------------
+
+    async def upsert_user(
+        self, name: str, credentials: dict[str, dict], replace: bool = False
+    ) -> None:
+        """Set ``name``'s SCRAM credentials ({mechanism: credential from
+        ``rafka.cluster.scram.make_credential``}); ``replace`` drops its other mechanisms."""
+        await self.security.upsert_user(name, credentials, replace)
+
+    async def delete_user(self, name: str, mechanisms: list[str] | None = None) -> None:
+        """Delete ``name``'s credentials for ``mechanisms`` (None: the user)."""
+        await self.security.delete_user(name, mechanisms)
+
+    async def list_users(self) -> list[dict[str, Any]]:
+        """[{"name", "mechanisms", "iterations": {mechanism: n}}], never keys."""
+        return self.security.list_users()
+
+    async def create_acls(self, bindings: list[tuple]) -> list[tuple[int, str]]:
+        """Create ACL bindings (``AclBinding.to_tuple()``); (errno, message) per binding."""
+        return await self.security.create_acls(bindings)
+
+    async def describe_acls(self, acl_filter: tuple | None = None) -> list[tuple]:
+        """The bindings an ``AclBindingFilter`` tuple matches (None: all)."""
+        return self.security.describe_acls(acl_filter)
+
+    async def delete_acls(self, filters: list[tuple | None]) -> list[list[tuple]]:
+        """Delete the bindings each filter matches; per filter, the bindings it deleted."""
+        return await self.security.delete_acls(filters)
+
+    async def security_snapshot(self, known_version: int) -> dict[str, Any] | None:
+        """None when ``known_version`` is current, else {"version", "users": {name:
+        {mechanism: credential}}, "acls": [binding tuple, ...]}, for listeners to cache."""
+        return self.security.security_snapshot(known_version)
+
     # -- status and shutdown -------------------------------------------------------------------
 
     async def describe_cluster(self) -> dict[str, Any]:
@@ -356,6 +409,7 @@ class Controller:
             "fencings": self.core.fencings,
             "replicas_per_actor": setting(self.core.settings, "replicas.per.actor"),
             "brokers": brokers, "topics": len(self.image.topics),
+            "bootstrap_servers": self.listeners.bootstrap_servers(),
             "partitions": sum(len(t.partitions) for t in self.image.topics.values()),
         }  # fmt: skip
 
@@ -393,7 +447,7 @@ def build_parts(
 ) -> dict[str, Any]:  # fmt: skip
     """The controller's parts over an opened metadata log (``core``, ``calls``, ``changes``,
     ``brokers``, ``topics``, ``reassignments``, ``balancing``, ``host_packing``, ``reconciler``,
-    ``coordinators``), after
+    ``coordinators``, ``listeners``), after
     taking over the log: a new controller epoch is recorded, and the cluster settings become
     the stored ones overridden by ``settings``. ``actors`` is the Ray layer (a fake in
     tests)."""
@@ -420,6 +474,7 @@ def build_parts(
         "brokers": BrokerWatch(core, calls, changes), "topics": topics,
         "reassignments": reassignments,
         "balancing": balancing, "host_packing": HostPacking(core, calls, balancing),
-        "reconciler": Reconciler(core, calls, changes),
+        "reconciler": Reconciler(core, calls, changes), "security": ControllerSecurity(core),
         "coordinators": CoordinatorShards(core, calls, topics),
+        "listeners": ListenerRegistry(core, topics),
     }  # fmt: skip

@@ -38,8 +38,9 @@ class GroupTransactionsMixin:
         """TxnOffsetCommit: {(topic, partition): (offset, leader epoch, metadata)} join the
         producer's transaction, which must be ongoing and hold this shard's offsets
         partition. A member of a generation (KIP-447) is checked as for any commit, so a
-        zombie of an older generation is refused; without one (member "", generation -1)
-        the group must have no members."""
+        zombie of an older generation is refused; a commit without one (member "",
+        generation -1: TxnOffsetCommit v0-2, or a producer given only the group id) is
+        accepted whatever the group's members, as Kafka accepts it."""
         await self._until_loaded()
         error = await self._verifier.verify(transactional_id, producer_id, epoch,
                                             CONSUMER_OFFSETS, self.shard)  # fmt: skip
@@ -59,7 +60,7 @@ class GroupTransactionsMixin:
             try:
                 group = self._group(group_id, create=True)
                 group.check_commit(member_id, group_instance_id, generation, committed,
-                                   outside_group=outside)  # fmt: skip
+                                   outside_group=outside, transactional=True)  # fmt: skip
                 await self.log.write([
                     (pending_offset_key(group_id, t, p, producer_id),
                      pending_offset_value(c.offset, c.leader_epoch, c.metadata, c.commit_ms,
@@ -71,15 +72,16 @@ class GroupTransactionsMixin:
             self.pending.add(producer_id, epoch, group_id, committed)
         return None
 
-    async def complete_transaction(self, producer_id: int, marker_epoch: int,
-                                   commit: bool) -> tuple:  # fmt: skip
+    async def complete_transaction(self, producer_id: int, marker_epoch: int, commit: bool,
+                                   transaction_version: int = 2) -> tuple:  # fmt: skip
         """(errno, message): the producer's transaction ended, its markers carrying
         ``marker_epoch`` (its coordinator's marker for this shard's offsets partition). On
-        commit the offsets it wrote below that epoch become committed; either way they stop
-        being pending. A repeated or stale completion changes nothing."""
+        commit the offsets it wrote below that epoch (at or below, for transaction version
+        1) become committed; either way they stop being pending. A repeated or stale
+        completion changes nothing."""
         await self._until_loaded()
         async with self._resolving:
-            resolved = self.pending.to_resolve(producer_id, marker_epoch)
+            resolved = self.pending.to_resolve(producer_id, marker_epoch, transaction_version)
             records = []
             if commit:
                 records += [
@@ -100,5 +102,5 @@ class GroupTransactionsMixin:
                     by_group.setdefault(g, {})[tp] = c
                 for group_id, offsets in by_group.items():
                     self._group(group_id, create=True).commit(offsets)
-            self.pending.resolved(producer_id, marker_epoch)
+            self.pending.resolved(producer_id, marker_epoch, transaction_version)
         return (0, "")

@@ -20,6 +20,7 @@ from rafka.actors.disk_identity import (
     read_meta_properties,
     write_meta_properties,
 )
+from rafka.actors.kafka_listener import keep_listener
 from rafka.actors.load_reports import LoadReporter
 from rafka.actors.logs import actor_logger, label_process_logs, log_prefix
 from rafka.actors.placement import CONTROLLER_NAME, disk_dir, pinned_to_disk
@@ -84,6 +85,7 @@ class NodeAgent:
         ray.get_runtime_context().current_actor.start_heartbeats.remote()
         self.load_reports = LoadReporter.of_agent(self)  # disk use and traffic, for balancing
         ray.get_runtime_context().current_actor.start_load_reports.remote()
+        ray.get_runtime_context().current_actor.start_kafka_listener.remote()
 
     async def start(self) -> int:
         """Register this disk with the controller; returns its broker id (new or kept)."""
@@ -107,6 +109,11 @@ class NodeAgent:
     async def start_load_reports(self) -> None:
         """Start the load reports (``load_reports``) on the main event loop (once)."""
         self.load_reports.start()
+
+    async def start_kafka_listener(self) -> None:
+        """Keep this disk's Kafka listener running (when the cluster has ``listeners``)."""
+        asyncio.get_running_loop().create_task(
+            keep_listener(self.namespace, self.disk, self, self.logger))
 
     async def _heartbeat(self) -> int:
         """One heartbeat (registering the disk if the controller does not know it)."""

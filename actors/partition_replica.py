@@ -376,12 +376,13 @@ class PartitionReplica:
 
     async def write_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-        timeout_ms: int,
+        timeout_ms: int, transaction_version: int = 2,
     ) -> tuple:  # fmt: skip
         """A transaction coordinator ends a producer's transaction here (see
         ``replica_transactions``). Answers (errno, message, offset of the marker)."""
         return await self.transactions.write_marker(producer_id, producer_epoch, commit,
-                                                    coordinator_epoch, timeout_ms)  # fmt: skip
+                                                    coordinator_epoch, timeout_ms,
+                                                    transaction_version)  # fmt: skip
 
     async def describe_producers(self) -> tuple:
         """The leader's producer state, for the admin tooling of transactions (see

@@ -8,7 +8,10 @@ write to this partition.
   belongs to a transaction already ended, and is refused with InvalidProducerEpoch, which
   the coordinator takes as done. (Kafka 4's rule for transaction version 2 markers: without
   it a late marker of one transaction could end the next one, which writes with the epoch
-  that marker carries.)
+  that marker carries.) A marker of transaction version 1 (a Kafka client that keeps its
+  epoch across transactions) carries the producer's own epoch: it is written when a
+  transaction of that epoch is open here, as Kafka writes such markers; that version has
+  no defense against a late marker, which is why version 2 bumps.
 - ``check_transactional``: before a producer's transactional batch opens a transaction in
   this partition, the leader adds the partition to the transaction at the producer's
   coordinator (Kafka 4's transaction version 2: KIP-890's server-side defense with the add
@@ -46,7 +49,7 @@ class TransactionHandler:
 
     async def write_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-        timeout_ms: int,
+        timeout_ms: int, transaction_version: int = 2,
     ) -> tuple:  # fmt: skip
         """(errno, message, offset of the marker)."""
         r = self.replica
@@ -69,7 +72,9 @@ class TransactionHandler:
                         leader, r.log.log_end_offset, timeout_ms
                     )
                 return (0, "", -1)
-            if entry is not None and producer_epoch <= entry.epoch:
+            own_epoch = transaction_version < 2 and entry is not None and (
+                producer_epoch == entry.epoch and entry.current_txn_first_offset is not None)
+            if entry is not None and producer_epoch <= entry.epoch and not own_epoch:
                 raise InvalidProducerEpoch(
                     f"a {'commit' if commit else 'abort'} marker of producer {producer_id} "
                     f"with epoch {producer_epoch} is not above its epoch {entry.epoch} in "

@@ -30,6 +30,7 @@ from rafka.actors.placement import (
     node_disk_name,
     pinned_to_disk,
 )
+from rafka.actors.kafka_listener import listener_name
 from rafka.errors import BrokerNotAvailable
 
 log = logging.getLogger(__name__)
@@ -354,6 +355,10 @@ def stop_services(namespace: str, timeout_s: float = 120.0) -> dict[str, int]:
             continue
         ray.kill(agent, no_restart=True)
         stopped["agents"] += 1
+        try:
+            ray.kill(ray.get_actor(listener_name(disk), namespace=namespace), no_restart=True)
+        except ValueError:
+            pass  # this disk has no Kafka listener
     if controller is not None:
         ray.kill(controller, no_restart=True)
         stopped["controller"] = 1

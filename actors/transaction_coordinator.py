@@ -31,6 +31,7 @@ from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.transaction_adds import WaitingAdd, WaitingAdds, partitions_of, resolve
 from rafka.actors.transaction_log import TransactionLog
 from rafka.actors.transaction_markers import TransactionMarkers
+from rafka.cluster import transaction_end
 from rafka.cluster import transaction_state as txn
 from rafka.cluster.settings import setting
 from rafka.cluster.transaction_records import encode_key, encode_value
@@ -354,14 +355,17 @@ class TransactionCoordinator:
         return (0, "") if error is None else (error.errno, str(error))
 
     async def end_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
-    ) -> tuple:
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+        bump_epoch: bool = True,
+    ) -> tuple:  # fmt: skip
         """(errno, message, producer id, epoch): EndTxn; answered once the Prepare* record is
-        durable, with the bumped epoch the producer goes on with."""
+        durable, with the identity the producer goes on with: the bumped epoch, or the same
+        one with ``bump_epoch=False`` (a Kafka client of transaction version 1)."""
         try:
             await self._ensure_producer_id()
-            answer = await self._decide(transactional_id, lambda current: txn.end_txn(
-                current, producer_id, epoch, commit, _now_ms(), self._take_producer_id))
+            answer = await self._decide(transactional_id, lambda current: transaction_end.end_txn(
+                current, producer_id, epoch, commit, _now_ms(), self._take_producer_id,
+                bump_epoch))  # fmt: skip
             return (0, "", answer[0], answer[1])
         except RafkaError as e:
             return (e.errno, str(e), -1, -1)

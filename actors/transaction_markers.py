@@ -108,7 +108,8 @@ class TransactionMarkers:
         try:
             coordinator = ray.get_actor(coordinator_name(shard), namespace=self.namespace)
             errno, message = await coordinator.complete_transaction.remote(
-                markers.producer_id, markers.producer_epoch, markers.commit
+                markers.producer_id, markers.producer_epoch, markers.commit,
+                markers.transaction_version,
             )
         except (ValueError, ray.exceptions.RayActorError) as e:
             return CoordinatorNotAvailable(f"group coordinator {shard} is not reachable: {e!r}")
@@ -160,7 +161,7 @@ class TransactionMarkers:
         try:
             errno, message, _ = await replica.write_marker.remote(
                 markers.producer_id, markers.producer_epoch, markers.commit, coordinator_epoch,
-                MARKER_TIMEOUT_MS,
+                MARKER_TIMEOUT_MS, markers.transaction_version,
             )  # fmt: skip
         except ray.exceptions.RayActorError as e:
             return e

@@ -6,6 +6,8 @@ the named workloads (all of them when none is named) in the order of ``WORKLOADS
 
   storage      log append / read next to the raw disk (baseline: raw write / read)
   scale        replicas one per actor and packed: time to writable, memory, idle CPU
+  kafka        confluent-kafka through rafka's Kafka listener: acks=all idempotent produce,
+               consume from offset 0, p50/p99, CPU per process              (with the peer)
   produce      one producer, one partition, 100-byte values, acks=1          (with the peer)
   consume      one consumer reading a one-partition topic from the beginning  (with the peer)
   latency      end-to-end p50/p99/p99.9 at a fixed offered rate, acks=1        (with the peer)
@@ -33,8 +35,8 @@ spark) share one rafka instance, each with topics of its own that it deletes; pr
 failover and controller share one ``LocalCluster`` of three disk nodes, started after the
 embedded instance is shut down. balancer runs last, on a LocalCluster of its own (three disk
 nodes and a fourth that joins: it changes the brokers), after the shared one is shut down.
-scale starts (and stops) rafka instances of its own, one after the other, before the shared
-ones: its cluster settings differ from theirs.
+scale and kafka start (and stop) rafka instances of their own, one after the other, before
+the shared ones: their cluster settings differ from theirs (kafka's opens a Kafka listener).
 
 Every workload writes ``<results-dir>/<workload>.json`` (the machine, the command line, every
 argument, the summary rows and the workload's full report); the run writes
@@ -89,6 +91,9 @@ WORKLOADS: dict[str, Workload] = {
                  "log append and read vs the raw disk", "none", False),
         Workload("scale", "bench.scale", "workload",
                  "replicas one per actor vs packed: writable, memory, idle CPU", "none", False),
+        Workload("kafka", "bench.kafka_wire", "workload",
+                 "confluent-kafka via rafka's Kafka listener: acks=all produce, consume",
+                 "none", True),
         Workload("produce", "bench.clients", "produce_workload",
                  "one producer, one partition, acks=1", "embedded", True),
         Workload("consume", "bench.clients", "consume_workload",
@@ -116,11 +121,12 @@ WORKLOADS: dict[str, Workload] = {
 }
 ALIASES = {"clients": ("produce", "consume"), "groups": ("group",), "all": tuple(WORKLOADS)}
 #: Modules with options (``add_arguments``) and tiny sizes (``TINY``), in the help's order.
-OPTION_MODULES = ("bench.storage", "bench.scale", "bench.clients", "bench.latency",
-                  "bench.groups", "bench.transactions", "bench.spark", "bench.failover",
+OPTION_MODULES = ("bench.storage", "bench.scale", "bench.kafka_wire", "bench.clients",
+                  "bench.latency", "bench.groups", "bench.transactions", "bench.spark", "bench.failover",
                   "bench.controller", "bench.balancer")  # fmt: skip
 OPTION_TITLES = {
-    "bench.storage": "storage", "bench.scale": "scale", "bench.clients": "produce and consume",
+    "bench.storage": "storage", "bench.scale": "scale", "bench.kafka_wire": "kafka",
+    "bench.clients": "produce and consume",
     "bench.latency": "latency", "bench.groups": "group", "bench.transactions": "transactions",
     "bench.spark": "spark",
     "bench.failover": "produce-all and failover", "bench.controller": "controller",

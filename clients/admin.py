@@ -3,7 +3,8 @@ consumer groups and their offsets through the group coordinators (``GroupAdmin``
 ``rafka.clients.admin_groups``); transactions and the producers of partitions through the
 transaction coordinators and partition leaders (``TransactionAdmin``, in
 ``rafka.clients.admin_transactions``); drains and rebalances through the controller's
-balancer (``BalancerAdmin``, in ``rafka.clients.admin_balancer``).
+balancer (``BalancerAdmin``, in ``rafka.clients.admin_balancer``); users and ACLs through
+the controller (``SecurityAdmin``, in ``rafka.clients.admin_security``).
 
 Arguments are checked here before anything is sent (TypeError or ValueError saying what was
 wrong); the controller's answers are dicts, read with defaults for the fields an older
@@ -18,6 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from rafka.clients.admin_balancer import BalancerAdmin
 from rafka.clients.admin_groups import GroupAdmin
+from rafka.clients.admin_security import SecurityAdmin
 from rafka.clients.admin_transactions import TransactionAdmin
 from rafka.errors import LeaderNotAvailable, RequestTimedOut, error_class
 from rafka.types import (
@@ -118,7 +120,7 @@ def check_assignment(assignment: Any) -> dict[int, list[int]]:
     return plan
 
 
-class Admin(GroupAdmin, TransactionAdmin, BalancerAdmin):
+class Admin(GroupAdmin, TransactionAdmin, BalancerAdmin, SecurityAdmin):
     def __init__(self, gateway, metadata) -> None:
         self._gateway = gateway
         self._metadata = metadata

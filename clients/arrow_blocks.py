@@ -73,8 +73,7 @@ def batch_rows(topic: str, partition: int, buf, pos: int) -> pa.RecordBatch | No
     if header.is_control:
         return None
     raw = memoryview(buf)[pos + rb.HEADER_SIZE : pos + header.size]
-    section = rb.decompress(header.codec, raw)
-    offset_deltas, ts_deltas, keys, values, headers = rb.unpack_section(header, section, True)
+    offset_deltas, ts_deltas, keys, values, headers = rb.section_columns(header, raw, True)
     count = header.record_count
     base = header.base_offset
     if offset_deltas is None:

@@ -109,6 +109,7 @@ class ClusterOverview(TypedDict):
     problem_partitions: list[PartitionProblem]  # under-replicated or offline, by topic
     groups: list[GroupStatus]  # by group id
     groups_error: str | None  # the groups could not be listed at all (then groups is [])
+    bootstrap_servers: str  # Kafka clients' bootstrap.servers ("" without Kafka listeners)
 
 
 def _error_text(error: BaseException) -> str:
@@ -254,4 +255,5 @@ def cluster_overview(admin: Any) -> ClusterOverview:
         "problem_partitions": _problems(descriptions),
         "groups": groups,
         "groups_error": groups_error,
+        "bootstrap_servers": cluster.get("bootstrap_servers", ""),
     }

@@ -184,8 +184,7 @@ def batch_to_arrow(topic: str, partition: int, buf, pos: int, from_offset: int) 
     record by record; record headers are not included."""
     header = rb.verify_batch(buf, pos)
     raw = memoryview(buf)[pos + rb.HEADER_SIZE : pos + header.size]
-    section = rb.decompress(header.codec, raw)
-    offset_deltas, ts_deltas, keys, values, _headers = rb.unpack_section(header, section, True)
+    offset_deltas, ts_deltas, keys, values, _headers = rb.section_columns(header, raw, True)
     count = header.record_count
     if offset_deltas is None:
         offsets = np.arange(header.base_offset, header.base_offset + count, dtype=np.int64)

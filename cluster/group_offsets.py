@@ -91,6 +91,7 @@ class GroupOffsets:
         generation: int,
         offsets: dict[TopicPartition, CommittedOffset],
         outside_group: bool = False,
+        transactional: bool = False,
     ) -> None:
         """Raise the typed error that refuses this commit, or return to accept it.
 
@@ -103,12 +104,17 @@ class GroupOffsets:
 
         From outside the group (``outside_group``: an admin reset, or a consumer using
         ``assign`` with a group id): member "" and generation -1, accepted only while the
-        group has no members."""
+        group has no members.
+
+        ``transactional`` (TxnOffsetCommit), as Kafka's coordinator checks it: from outside
+        the group (v0-2, or a producer given only the group id, which cannot name a member)
+        accepted whatever the group's members; from a member (KIP-447) checked as any
+        member's commit, except that the sync phase does not refuse it."""
         if self.state == GroupState.DEAD:
             raise CoordinatorNotAvailable(f"group {self.group_id} is being removed; retry")
         self._check_metadata(offsets)
         if outside_group:
-            self._check_outside_commit(member_id, generation)
+            self._check_outside_commit(member_id, generation, members_allowed=transactional)
             return
         if not member_id:
             raise UnknownMemberId(
@@ -121,7 +127,7 @@ class GroupOffsets:
                 f"member {member_id} commits to group {self.group_id} with no generation "
                 f"({generation}); the group is at generation {self.generation}: rejoin"
             )
-        if self.state == GroupState.COMPLETING_REBALANCE:
+        if self.state == GroupState.COMPLETING_REBALANCE and not transactional:
             raise RebalanceInProgress(
                 f"group {self.group_id} is completing a rebalance; commit after it"
             )
@@ -144,7 +150,8 @@ class GroupOffsets:
                     "the partitions it owns"
                 )
 
-    def _check_outside_commit(self, member_id: str, generation: int) -> None:
+    def _check_outside_commit(self, member_id: str, generation: int,
+                              members_allowed: bool) -> None:  # fmt: skip
         if member_id:
             raise UnknownMemberId(
                 f"a commit from outside group {self.group_id} names member {member_id!r}; "
@@ -155,7 +162,7 @@ class GroupOffsets:
                 f"a commit from outside group {self.group_id} names generation {generation}; "
                 f"from outside a group commit with generation {NO_GENERATION}"
             )
-        if self.members:
+        if self.members and not members_allowed:
             raise NonEmptyGroup(
                 f"group {self.group_id} is {self.state.value} with {len(self.members)} "
                 "member(s); offsets can be set from outside the group only while it is "

@@ -61,7 +61,8 @@ def restore_members(group: "Group", record: dict[str, Any], now: int) -> None:
 
 
 def describe(group: "Group") -> dict[str, Any]:
-    """What an admin sees: state, protocol, generation, members and committed offsets."""
+    """What an admin sees: state, protocol, generation, members (with their subscription
+    for the group's protocol, b"" when none is chosen) and committed offsets."""
     return {
         "group_id": group.group_id, "state": group.state.value,
         "protocol_type": group.protocol_type or "", "protocol": group.protocol or "",
@@ -69,7 +70,7 @@ def describe(group: "Group") -> dict[str, Any]:
         "members": [
             {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
              "client_id": m.client_id, "client_host": m.client_host,
-             "assignment": m.assignment}
+             "subscription": _subscription(group, m), "assignment": m.assignment}
             for m in group.members.values()
         ],
         "offsets": {
@@ -78,3 +79,9 @@ def describe(group: "Group") -> dict[str, Any]:
             for tp, c in group.offsets.items()
         },
     }  # fmt: skip
+
+
+def _subscription(group: "Group", member: Member) -> bytes:
+    if group.protocol is None or group.protocol not in member.protocol_names():
+        return b""
+    return member.metadata(group.protocol)

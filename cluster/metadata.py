@@ -40,6 +40,8 @@ exactly the same image. Records are plain dicts (msgpack-friendly) with a ``type
     hosted      {topic_id, partition, broker_id, slot} this replica lives in host actor
                                                        ``slot`` of its broker (see
                                                        ``rafka.cluster.hosting``)
+    user, user_delete, acl_create, acl_delete          users' SCRAM credentials and ACLs
+                                                       (``rafka.cluster.security_state``)
 
 Replica epochs play the part of KRaft's broker epochs, per replica: a number the controller
 hands a replica each time it starts, from one counter that only grows and is persisted here,
@@ -57,6 +59,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from rafka.cluster.security_state import SECURITY_KINDS, SecurityState, check_record
 from rafka.errors import InvalidRecord, UnknownTopicOrPartition
 
 NO_LEADER = -1
@@ -182,6 +185,7 @@ class MetadataImage:
         # (topic id, partition, broker) -> host slot; kept while the topic exists.
         self.hosts: dict[tuple[str, int, int], int] = {}
         self.next_host_slot: dict[int, int] = {}  # broker -> a slot number never used
+        self.security = SecurityState()  # users' SCRAM credentials and the ACLs
         self.offset = -1
 
     # -- reading -------------------------------------------------------------------------------
@@ -295,6 +299,8 @@ class MetadataImage:
             self.requests[record["request_id"]] = (record["kind"], record.get("topic_id"))
             while len(self.requests) > REMEMBERED_REQUESTS:
                 self.requests.popitem(last=False)
+        elif kind in SECURITY_KINDS:
+            self.security.apply(record, offset)
         else:
             raise ValueError(f"unknown metadata record type {kind!r} at offset {offset}")
         self.offset = offset
@@ -347,6 +353,7 @@ class MetadataImage:
         out.append({"type": "settings", "settings": self.settings})
         out.extend({"type": "request", "request_id": r, "kind": k, "topic_id": t}
                    for r, (k, t) in self.requests.items())  # fmt: skip
+        out.extend(self.security.to_records())
         return out
 
     # -- checking ------------------------------------------------------------------------------
@@ -395,6 +402,8 @@ class MetadataImage:
                 missing = [k for k in record["replicas"] if k[0] not in topics]
                 if missing:
                     raise InvalidRecord(f"replica nodes recorded for unknown topics: {missing}")
+            elif kind in SECURITY_KINDS:
+                check_record(record)
             elif kind not in _OTHER_KINDS:
                 raise InvalidRecord(f"unknown metadata record type {kind!r}")
 

@@ -119,11 +119,49 @@ BROKER_SETTINGS: dict[str, tuple[Any, type, int, str]] = {
     "partition.autoscaling.scale.down.delay.ms": (
         600_000, int, 0, "how long load must stay low before an autoscaled broker is "
         "drained and its node given back"),
+    # The Kafka listener (rafka.actors.kafka_listener): Kafka's names and syntax.
+    "listeners": ("", str, 0,
+                  "Kafka listeners every broker node opens, comma-separated "
+                  "PROTOCOL://host:port (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; port 0 "
+                  "picks a free port); empty: no Kafka listener"),
+    "advertised.listeners": ("", str, 0,
+                             "what Kafka clients are told to connect to, same syntax; empty: "
+                             "the listeners, with the node's address for 0.0.0.0 and the "
+                             "bound port for 0"),
+    "socket.request.max.bytes": (100 << 20, int, 1024,
+                                 "largest Kafka request frame; a larger one closes the "
+                                 "connection"),
+    "connections.max.idle.ms": (600_000, int, 1,
+                                "a Kafka client connection with no request for this long is "
+                                "closed"),
+    "sasl.enabled.mechanisms": ("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", str, 0,
+                                "SASL mechanisms the SASL_ listeners offer"),
+    "allow.everyone.if.no.acl.found": (True, bool, 0,
+                                       "allow a listener request on a resource no ACL "
+                                       "names (false: deny it)"),
+    "super.users": ("", str, 0,
+                    "principals every ACL check allows, e.g. User:admin;User:ops"),
+    "ssl.keystore.location": ("", str, 0,
+                              "PEM file with the listener's certificate chain and private "
+                              "key (SSL and SASL_SSL listeners)"),
+    "ssl.key.password": ("", str, 0, "password of the private key in the keystore, if any"),
+    "ssl.truststore.location": ("", str, 0,
+                                "PEM file of CA certificates that client certificates "
+                                "must chain to"),
+    "ssl.client.auth": ("none", str, 0, "none | requested | required: client certificates"),
 }  # fmt: skip
 
-#: The values a text setting may take.
-CHOICES: dict[str, tuple[str, ...]] = {
+#: The values a text setting may take (None: free text, checked where it is used).
+CHOICES: dict[str, tuple[str, ...] | None] = {
     "partition.autobalancing.mode": ("off", "node_add", "continuous"),
+    "ssl.client.auth": ("none", "requested", "required"),
+    "listeners": None,
+    "advertised.listeners": None,
+    "sasl.enabled.mechanisms": None,
+    "super.users": None,
+    "ssl.keystore.location": None,
+    "ssl.key.password": None,
+    "ssl.truststore.location": None,
 }
 
 
@@ -184,7 +222,9 @@ def validate_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise InvalidConfig(f"cluster setting {name}={value!r} must be true or false")
         elif kind is str:
-            if value not in CHOICES[name]:
+            if not isinstance(value, str):
+                raise InvalidConfig(f"cluster setting {name}={value!r} must be a string")
+            if CHOICES[name] is not None and value not in CHOICES[name]:
                 raise InvalidConfig(
                     f"cluster setting {name}={value!r} must be one of {', '.join(CHOICES[name])}"
                 )

@@ -16,6 +16,9 @@ no value (a tombstone) deletes the key. One record per transactional id, msgpack
               "partitions":           {topic: [partition, ...]}, sorted, of the transaction
               "start_ms":             int, when the transaction began, or -1
               "last_update_ms":       int, the time of the record's change
+              "transaction_version":  int, 1 when a Kafka client of transaction version 1
+                                      ended the transaction without an epoch bump (its
+                                      markers carry its own epoch); absent means 2
            }]
     Dead   a tombstone (no value)
 
@@ -76,6 +79,8 @@ def encode_value(meta: TxnMetadata | None) -> bytes | None:
     topics: dict[str, list[int]] = {}
     for topic, partition in sorted(meta.partitions):
         topics.setdefault(topic, []).append(partition)
+    extra = {} if meta.transaction_version == 2 else {
+        "transaction_version": meta.transaction_version}
     return msgpack.packb([VALUE_VERSION, {
         "producer_id": meta.producer_id,
         "producer_epoch": meta.producer_epoch,
@@ -87,6 +92,7 @@ def encode_value(meta: TxnMetadata | None) -> bytes | None:
         "partitions": topics,
         "start_ms": meta.start_ms,
         "last_update_ms": meta.last_update_ms,
+        **extra,
     }])  # fmt: skip
 
 
@@ -122,6 +128,7 @@ def decode(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None]:
         start_ms=record["start_ms"],
         last_update_ms=record["last_update_ms"],
         next_producer_id=record["next_producer_id"],
+        transaction_version=record.get("transaction_version", 2),
     )
 
 

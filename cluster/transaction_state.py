@@ -4,7 +4,13 @@ Kafka 4's transaction protocol with transaction version 2 (KIP-890 server-side d
 producer epoch is bumped at every transaction end, the markers carry the bumped epoch and
 EndTxn answers the new (producer id, epoch), so each transaction is named by its own
 (producer id, epoch) and a delayed produce or EndTxn of one can never land in or complete the
-next. No I/O and no clock: ``now_ms`` is passed in, and so is the producer-id allocator.
+next. Kafka clients of transaction version 1 (EndTxn below v5: librdkafka, kafka-python, Java
+before KIP-890) keep their epoch across transactions: their EndTxn is decided with
+``bump_epoch=False``, as Kafka's coordinator decides it for them (``endTransactionWithTV1``):
+Prepare* at the same epoch, markers at that epoch, and a retry told only by the state. Fences
+and timeout aborts bump the epoch for them too. No I/O and no clock: ``now_ms`` is passed in,
+and so is the producer-id allocator. EndTxn's decisions are in ``transaction_end``, the rest
+of this state machine, built on the helpers here.
 
 Each call takes the id's current ``TxnMetadata`` (None when the coordinator holds none) and
 returns a ``TxnDecision``: the metadata to persist to ``__transaction_state`` (its record
@@ -41,8 +47,9 @@ when that bump was on the producer's own behalf (its EndTxn, its re-init, a time
 and a slow producer whose transaction timed out, are told from a zombie.
 
 Invariants: per producer id the epoch never goes back; the markers of a transaction carry an
-epoch above every epoch its writes used; a write is verified only against an Ongoing
-transaction of exactly the writer's identity that includes the partition.
+epoch above every epoch its writes used (at least that epoch, for transaction version 1); a
+write is verified only against an Ongoing transaction of exactly the writer's identity that
+includes the partition.
 """
 
 from __future__ import annotations
@@ -56,7 +63,6 @@ from rafka.errors import (
     InvalidProducerEpoch,
     InvalidProducerIdMapping,
     InvalidTransactionTimeout,
-    InvalidTxnState,
     ProducerFenced,
     RafkaError,
     TransactionAbortable,
@@ -103,7 +109,8 @@ def _move(current: TxnMetadata, to_state: TxnState, now_ms: int, **changes: Any)
 
 def _markers(meta: TxnMetadata) -> Markers:
     return Markers(
-        meta.producer_id, meta.producer_epoch, meta.state == _S.PREPARE_COMMIT, meta.partitions
+        meta.producer_id, meta.producer_epoch, meta.state == _S.PREPARE_COMMIT, meta.partitions,
+        meta.transaction_version,
     )
 
 
@@ -191,6 +198,7 @@ def _end(
     meta = _move(
         current, to_state, now_ms, producer_epoch=bumped, next_producer_id=next_id,
         last_producer_epoch=NO_PRODUCER_EPOCH if fence else current.producer_epoch,
+        transaction_version=2,
     )  # fmt: skip
     return TxnDecision(meta, meta.producer_id_and_epoch, markers=_markers(meta))
 
@@ -355,89 +363,6 @@ def verify_partition(
         f"{current.state.value}): it must be added before the first write to it; abort the "
         f"transaction and begin again"
     )
-
-
-# -- EndTxn -----------------------------------------------------------------------------------
-
-
-def end_txn(
-    current: TxnMetadata | None,
-    producer_id: int,
-    epoch: int,
-    commit: bool,
-    now_ms: int,
-    new_producer_id: Callable[[], int] | None = None,
-) -> TxnDecision:
-    """End the producer's transaction; answers the producer's new (producer id, epoch).
-
-    Ongoing: Prepare* with the epoch bumped; that record is the commit point, the markers
-    carry the bumped epoch. ``new_producer_id`` is called only when the producer could not
-    hold the bumped epoch (then the answer is a new producer id at epoch 0); pass it always.
-    A retry from the producer's previous identity while Prepare*/Complete* of the same result
-    is answered the current identity, nothing written; an abort after a commit is
-    InvalidTxnState, a commit after an abort (the coordinator's timeout abort) is
-    TransactionAbortable. An abort with nothing Ongoing (the producer is unsure what it
-    wrote) bumps the epoch and is written as CompleteAbort at once: no partition can hold a
-    write of that epoch, so there are no markers to write. A commit with nothing Ongoing is
-    InvalidTxnState."""
-    if current is None or current.state == _S.DEAD:
-        return _refuse(_unknown(current))
-    tid = current.transactional_id
-    if _is_previous_identity(current, producer_id, epoch):
-        return _retried_end(current, producer_id, epoch, commit)
-    error = _identity_error(current, producer_id, epoch)
-    if error is not None:
-        return _refuse(error)
-    if current.state == _S.ONGOING:
-        to_state = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
-        decision = _end(current, to_state, now_ms, new_producer_id)
-        log.debug("transactional id %s: %s decided", tid, "commit" if commit else "abort")
-        return decision
-    if current.state in PREPARING:
-        return _refuse(_concurrent(current))
-    if commit:
-        return _refuse(InvalidTxnState(
-            f"transactional id {tid!r} has no transaction in progress ({current.state.value}) "
-            f"to commit: nothing was added to one; begin a transaction and send before "
-            f"committing"
-        ))  # fmt: skip
-    # Abort with nothing Ongoing: pass through PrepareAbort, persist CompleteAbort.
-    check_transition(current, _S.PREPARE_ABORT)
-    aborting = dataclasses.replace(current, state=_S.PREPARE_ABORT)
-    if _exhausted(current.producer_epoch):
-        changes = dict(producer_id=_allocate(new_producer_id, current), producer_epoch=0,
-                       previous_producer_id=current.producer_id)  # fmt: skip
-    else:
-        changes = dict(producer_epoch=current.producer_epoch + 1)
-    meta = _move(
-        aborting, _S.COMPLETE_ABORT, now_ms, last_producer_epoch=current.producer_epoch,
-        start_ms=-1, **changes,
-    )  # fmt: skip
-    return TxnDecision(meta, meta.producer_id_and_epoch)
-
-
-def _retried_end(current: TxnMetadata, producer_id: int, epoch: int, commit: bool) -> TxnDecision:
-    tid = current.transactional_id
-    committed = current.state in (_S.PREPARE_COMMIT, _S.COMPLETE_COMMIT)
-    aborted = current.state in (_S.PREPARE_ABORT, _S.COMPLETE_ABORT)
-    if (committed and commit) or (aborted and not commit):
-        return TxnDecision(None, current.producer_id_and_epoch)
-    if committed:
-        return _refuse(InvalidTxnState(
-            f"the transaction of producer {producer_id} epoch {epoch} ({tid!r}) was committed; "
-            f"it cannot be aborted: only the commit may be retried"
-        ))  # fmt: skip
-    if aborted:
-        return _refuse(TransactionAbortable(
-            f"the transaction of producer {producer_id} epoch {epoch} ({tid!r}) was aborted "
-            f"(it ran past transaction_timeout_ms={current.timeout_ms}, or was aborted "
-            f"before): it cannot commit; call abort_transaction(), then begin again"
-        ))  # fmt: skip
-    return _refuse(ProducerFenced(
-        f"EndTxn from producer {producer_id} epoch {epoch} ({tid!r}) is for a transaction "
-        f"that ended before the one now {current.state.value}: it is stale; this producer "
-        f"must not use that epoch any more"
-    ))  # fmt: skip
 
 
 # -- completion, timeouts, expiry, failover ----------------------------------------------------

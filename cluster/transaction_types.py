@@ -94,6 +94,9 @@ class TxnMetadata:
     start_ms: int
     last_update_ms: int
     next_producer_id: int = NO_PRODUCER_ID  # set when the ending transaction uses MAX_EPOCH
+    # 2: the transaction's end bumped the epoch (its markers are above every epoch its
+    # writes used); 1: a Kafka client of transaction version 1 ended it at its own epoch
+    transaction_version: int = 2
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -122,6 +125,9 @@ class Markers:
     producer_epoch: int  # the bumped epoch: above every epoch the transaction's writes used
     commit: bool
     partitions: frozenset[tuple[str, int]]
+    # 1: the producer's own epoch (transaction version 1), which a partition accepts for a
+    # transaction open there at that epoch; 2: a bumped one, accepted only above it
+    transaction_version: int = 2
 
 
 @dataclass(frozen=True)

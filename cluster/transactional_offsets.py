@@ -16,7 +16,10 @@ Epochs make it safe against late messages (transaction version 2: the epoch is b
 every transaction end, and markers carry the new one): a completion at or below the last
 marker epoch seen for the producer is a repeat and changes nothing, and offsets whose write
 ends after their transaction's marker (a slow write racing a timeout abort) are refused
-rather than left pending for the producer's next transaction to commit.
+rather than left pending for the producer's next transaction to commit. A Kafka client of
+transaction version 1 keeps its epoch across transactions, and its markers carry that epoch:
+such a marker resolves the offsets written at or below it, and only one below the last
+marker epoch is stale (that version cannot tell a late marker from the next transaction's).
 
 Plain Python: the pending offsets of one coordinator shard, by producer id.
 """
@@ -59,22 +62,27 @@ class PendingOffsets:
             if not pending:
                 del self.by_producer[producer_id]
 
-    def to_resolve(self, producer_id: int, marker_epoch: int) -> dict[GroupPartition,
-                                                                      CommittedOffset]:  # fmt: skip
+    def to_resolve(self, producer_id: int, marker_epoch: int, transaction_version: int = 2,
+                   ) -> dict[GroupPartition, CommittedOffset]:  # fmt: skip
         """What a marker at ``marker_epoch`` resolves: the producer's pending offsets written
-        below that epoch (empty for a repeated or stale marker). Nothing is removed."""
-        if marker_epoch <= self.marker_epochs.get(producer_id, -1):
+        below that epoch (at or below it for transaction version 1; empty for a repeated or
+        stale marker). Nothing is removed."""
+        last = self.marker_epochs.get(producer_id, -1)
+        if marker_epoch < last or (marker_epoch == last and transaction_version >= 2):
             return {}
+        resolves = _resolves(marker_epoch, transaction_version)
         return {key: c for key, (c, epoch) in self.by_producer.get(producer_id, {}).items()
-                if epoch < marker_epoch}  # fmt: skip
+                if resolves(epoch)}  # fmt: skip
 
-    def resolved(self, producer_id: int, marker_epoch: int) -> None:
+    def resolved(self, producer_id: int, marker_epoch: int, transaction_version: int = 2,
+                 ) -> None:  # fmt: skip
         """The marker at ``marker_epoch`` was applied (its records written): its offsets go,
-        and later completions at or below that epoch are repeats."""
+        and later completions at or below that epoch are repeats (below it, for version 1)."""
         self.marker_epochs[producer_id] = max(marker_epoch,
                                               self.marker_epochs.get(producer_id, -1))
         pending = self.by_producer.get(producer_id, {})
-        for key in [k for k, (_, epoch) in pending.items() if epoch < marker_epoch]:
+        resolves = _resolves(marker_epoch, transaction_version)
+        for key in [k for k, (_, epoch) in pending.items() if resolves(epoch)]:
             del pending[key]
         if not pending:
             self.by_producer.pop(producer_id, None)
@@ -87,3 +95,11 @@ class PendingOffsets:
             g == group_id and (wanted is None or tp in wanted)
             for pending in self.by_producer.values() for g, tp in pending
         )  # fmt: skip
+
+
+def _resolves(marker_epoch: int, transaction_version: int):
+    """Whether a marker resolves offsets written at an epoch: below its own (version 2, the
+    epoch was bumped), or at most its own (version 1, the producer's epoch)."""
+    if transaction_version >= 2:
+        return lambda epoch: epoch < marker_epoch
+    return lambda epoch: epoch <= marker_epoch

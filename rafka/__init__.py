@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from rafka import errors
 from rafka.errors import RafkaError
 from rafka.types import (
+    AclBinding,
+    AclBindingFilter,
     ConsumerGroupMetadata,
     OffsetAndMetadata,
     OffsetAndTimestamp,
@@ -47,5 +49,5 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "connect", "Cluster", "errors", "RafkaError", "TopicPartition", "Record", "RecordMetadata",
     "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
-    "ConsumerRebalanceListener", "__version__",
+    "ConsumerRebalanceListener", "AclBinding", "AclBindingFilter", "__version__",
 ]  # fmt: skip

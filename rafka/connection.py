@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from rafka.actors import service
@@ -21,6 +22,9 @@ from rafka.clients.metadata import MetadataCache
 from rafka.clients.producer import Producer
 from rafka.cluster.settings import setting, validate_settings
 from rafka.errors import BrokerNotAvailable, InvalidConfig
+
+#: How long ``bootstrap_servers`` waits for the listeners to open, s.
+LISTENERS_WAIT_S = 30.0
 
 _gateways: dict[str, Gateway] = {}
 _gateways_lock = threading.Lock()
@@ -52,6 +56,27 @@ class Cluster:
         if self._metadata is None:
             self._metadata = MetadataCache(self.gateway)
         return self._metadata
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` for Kafka clients (``bootstrap.servers``): the brokers' Kafka
+        listeners, which the cluster opens when started with the setting ``listeners``
+        (e.g. ``PLAINTEXT://127.0.0.1:0``). Waits up to 30 s for them to open; raises
+        BrokerNotAvailable when the cluster has none."""
+        deadline = time.monotonic() + LISTENERS_WAIT_S
+        wanted = setting(self.gateway.call_controller("settings_in_force"), "listeners")
+        while True:
+            found = self.gateway.call_controller("describe_cluster")["bootstrap_servers"]
+            if found:
+                return found
+            if not wanted or time.monotonic() > deadline:
+                raise BrokerNotAvailable(
+                    "no Kafka listener is open: start the cluster with the setting listeners "
+                    "(rafka.connect(settings={'listeners': 'PLAINTEXT://0.0.0.0:9092'}) or "
+                    "`rafka up --set listeners=PLAINTEXT://0.0.0.0:9092`), and see the node "
+                    "agents' logs if it is set"
+                )
+            time.sleep(0.2)
 
     def admin(self) -> Admin:
         return Admin(self.gateway, self.metadata)

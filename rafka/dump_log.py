@@ -10,6 +10,7 @@ as text lines or as JSON objects (one a line):
 
     file                a file begins: path, kind, base_offset (from its name), size
     batch               one batch header: position, offsets, codec, producer fields, crc, valid
+                        (and format: kafka for a batch holding a Kafka client's records)
     record              one record of the batch before it (with --print-records)
     offset_index_entry  offset -> position
     time_index_entry    timestamp -> offset
@@ -374,13 +375,16 @@ def _problem(target: Target, message: str) -> Event:
 
 def _codec_name(header: rb.BatchHeader) -> str:
     try:
-        return header.codec.name.lower()
+        codec = header.codec
     except ValueError:
-        return f"unknown ({header.attributes & 0x07})"
+        codec = None
+    if codec is None or (codec is rb.SNAPPY and not header.is_kafka_format):
+        return f"unknown ({header.attributes & rb.CODEC_MASK})"  # snappy only in Kafka's
+    return codec.name.lower()
 
 
 def _batch_event(position: int, header: rb.BatchHeader, codec: str, valid: bool) -> Event:
-    return {
+    event = {
         "type": "batch",
         "position": position,
         "base_offset": header.base_offset,
@@ -399,6 +403,10 @@ def _batch_event(position: int, header: rb.BatchHeader, codec: str, valid: bool)
         "crc": header.crc,
         "valid": valid,
     }
+    if header.is_kafka_format:
+        # Only then, so the lines of rafka's own batches read as they always have.
+        event["format"] = "kafka"
+    return event
 
 
 def show_bytes(data: bytes | None, max_bytes: int) -> str | None:
@@ -426,7 +434,10 @@ def format_text(event: Event) -> str:
         return f"PROBLEM: {event['file']}: {event['message']}"
     if kind == "batch":
         status = "valid" if event["valid"] else "INVALID"
-        return f"{_pairs(event, skip=('crc', 'valid'))} crc: {event['crc']:#010x} {status}"
+        line = f"{_pairs(event, skip=('crc', 'valid', 'format'))} crc: {event['crc']:#010x}"
+        if "format" in event:
+            line += f" format: {event['format']}"
+        return f"{line} {status}"
     if kind == "record":
         line = "| " + _pairs(event, skip=("headers",))
         if "headers" in event:

@@ -102,6 +102,12 @@ class OutOfOrderSequence(RafkaError):
     errno = 45
 
 
+class UnsupportedForMessageFormat(RafkaError):
+    """A batch's magic (message format version) is not 2, the only one rafka stores."""
+
+    errno = 43
+
+
 class InvalidProducerEpoch(RafkaError):
     """A producer wrote with an epoch older than the one the log holds: it has been fenced."""
 
@@ -422,6 +428,79 @@ class CommitFailed(RafkaError):
     from the group or the partition is not assigned to it (Kafka's CommitFailedException)."""
 
 
+class TopicAuthorizationFailed(RafkaError):
+    """The principal may not do this to the topic (Kafka's ACLs)."""
+
+    errno = 29
+
+
+class ClusterAuthorizationFailed(RafkaError):
+    """The principal may not do this to the cluster (Kafka's ACLs)."""
+
+    errno = 31
+
+
+class UnsupportedSaslMechanism(RafkaError):
+    """The client asked for a SASL mechanism the listener does not enable."""
+
+    errno = 33
+
+
+class IllegalSaslState(RafkaError):
+    """A SASL request came out of order (authenticate before handshake, or twice)."""
+
+    errno = 34
+
+
+class UnsupportedVersion(RafkaError):
+    """The request's API version is outside the range the listener advertises."""
+
+    errno = 35
+
+
+class InvalidRequest(RafkaError):
+    """A request frame could not be decoded, or broke the protocol's rules."""
+
+    errno = 42
+
+
+class TransactionalIdAuthorizationFailed(RafkaError):
+    """The principal may not use the transactional id (Kafka's ACLs)."""
+
+    errno = 53
+
+
+class SecurityDisabled(RafkaError):
+    """A security request reached a listener that has no security set up."""
+
+    errno = 54
+
+
+class SaslAuthenticationFailed(RafkaError):
+    """Wrong SASL credentials (or an unknown user): the connection is closed after this."""
+
+    errno = 58
+
+
+class InvalidPrincipalType(RafkaError):
+    """An ACL names a principal that is not ``User:<name>`` (or ``User:*``)."""
+
+    errno = 67
+
+
+class ResourceNotFound(RafkaError):
+    """The user (or its credential for that mechanism) does not exist."""
+
+    errno = 91
+
+
+class UnacceptableCredential(RafkaError):
+    """A SCRAM credential was refused: an unknown mechanism, iterations out of range, or a
+    malformed salt or key."""
+
+    errno = 93
+
+
 _BY_ERRNO: dict[int, type[RafkaError]] = {}
 
 
@@ -457,6 +536,7 @@ __all__ = [
     "InvalidTimestamp",
     "InvalidConfig",
     "OutOfOrderSequence",
+    "UnsupportedForMessageFormat",
     "InvalidProducerEpoch",
     "KafkaStorageError",
     "UnsupportedCompressionType",
@@ -505,5 +585,17 @@ __all__ = [
     "GroupMaxSizeReached",
     "FencedInstanceId",
     "CommitFailed",
+    "TopicAuthorizationFailed",
+    "ClusterAuthorizationFailed",
+    "UnsupportedSaslMechanism",
+    "IllegalSaslState",
+    "UnsupportedVersion",
+    "InvalidRequest",
+    "TransactionalIdAuthorizationFailed",
+    "SecurityDisabled",
+    "SaslAuthenticationFailed",
+    "InvalidPrincipalType",
+    "ResourceNotFound",
+    "UnacceptableCredential",
     "error_class",
 ]

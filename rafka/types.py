@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+# Kafka's ACL model, re-exported for Admin.create_acls and the like.
+from rafka.cluster.acls import (  # noqa: F401
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from rafka.errors import RafkaError
 
 
@@ -297,3 +306,11 @@ class BalancerStatus(NamedTuple):
     autoscaling: dict | None = None
     #: Replicas moved between host actors by load (``replicas.per.actor`` > 1).
     host_packing: dict | None = None
+
+
+class UserDescription(NamedTuple):
+    """A user the cluster authenticates (SASL/SCRAM and PLAIN): its mechanisms, each with
+    its PBKDF2 iterations (Kafka's DescribeUserScramCredentials answer)."""
+
+    name: str
+    mechanisms: dict[str, int]

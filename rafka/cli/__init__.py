@@ -5,7 +5,8 @@ parser, runs the chosen handler with its output on ``args.out``, and maps errors
 statuses. Each subcommand is declared by an ``add_<name>`` function in the module of its group
 (its arguments and its handler): ``cluster`` (up, status, down), ``topics``, ``groups``
 (consumer groups), ``transactions``, ``balancer`` (brokers drain and undrain, balancer
-status and rebalance), ``produce``, ``consume`` and ``dump_log``; ``connect``
+status and rebalance), ``users`` (SASL users), ``acls`` (Kafka ACLs), ``produce``, ``consume``
+and ``dump_log``; ``connect``
 joins Ray and the services, ``arguments`` holds the argument types and ``output`` the shared
 text formatting.
 Handlers import what they need when they run, so ``rafka --help`` and the offline tools
@@ -26,6 +27,7 @@ import sys
 from typing import Sequence
 
 from rafka import __version__
+from rafka.cli.acls import add_acls
 from rafka.cli.balancer import add_balancer, add_brokers
 from rafka.cli.cluster import add_down, add_status, add_up
 from rafka.cli.consume import add_consume
@@ -34,6 +36,7 @@ from rafka.cli.groups import add_groups
 from rafka.cli.produce import add_produce
 from rafka.cli.topics import add_topics
 from rafka.cli.transactions import add_transactions
+from rafka.cli.users import add_users
 from rafka.errors import RafkaError
 
 __all__ = ["build_parser", "main"]
@@ -78,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_transactions(commands)
     add_brokers(commands)
     add_balancer(commands)
+    add_users(commands)
+    add_acls(commands)
     add_produce(commands)
     add_consume(commands)
     add_dump_log(commands)

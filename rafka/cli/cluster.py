@@ -22,7 +22,7 @@ from rafka.cli.connect import (
     resolve_namespace,
 )
 from rafka.cli.output import format_table, human_size
-from rafka.errors import RafkaError
+from rafka.errors import BrokerNotAvailable, RafkaError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -92,6 +92,10 @@ def _bring_up(args: argparse.Namespace) -> int:
         auto_create_topics=args.auto_create_topics or None, controller_disk=args.controller_disk,
         settings=dict(args.settings),
     )  # fmt: skip
+    try:
+        cluster.bootstrap_servers  # waits for the Kafka listeners, when the cluster has any
+    except BrokerNotAvailable:
+        pass  # no listeners set, or they did not open (the status line then lacks them)
     status = cluster.status()
     if already:
         # connect() only attached: start what is missing (a node agent for a new disk), with
@@ -140,7 +144,6 @@ def _ray_env() -> dict[str, str]:
 
 def _start_ray_head() -> None:
     from rafka.actors.placement import DEFAULT_DISK, DISK_LABEL, DISK_RESOURCE
-    from rafka.errors import BrokerNotAvailable
 
     command = [
         _ray_executable(), "start", "--head",
@@ -227,8 +230,11 @@ def _write_status(status: dict[str, Any], out) -> None:
 
 
 def _controller_line(status: Mapping[str, Any]) -> str:
-    return (f"controller: disk {status['controller_disk']!r}, metadata offset "
+    line = (f"controller: disk {status['controller_disk']!r}, metadata offset "
             f"{status['metadata_offset']}\n")  # fmt: skip
+    if status.get("bootstrap_servers"):
+        line += f"Kafka clients: bootstrap.servers={status['bootstrap_servers']}\n"
+    return line
 
 
 def _dash(value: Any) -> str:

@@ -52,13 +52,42 @@ def data_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("rafka-data"))
 
 
+#: Every Kafka listener kind, each on a free loopback port (TLS files made per session).
+KAFKA_LISTENERS = ("PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,"
+                   "SASL_SSL://127.0.0.1:0")
+
+
 @pytest.fixture(scope="session")
-def cluster(ray_session, data_dir):
+def tls_files(data_dir):
+    from tests.tls_certs import write_test_certificates
+
+    return write_test_certificates(os.path.join(data_dir, "tls"))
+
+
+@pytest.fixture(scope="session")
+def cluster(ray_session, data_dir, tls_files):
     import rafka
 
-    c = rafka.connect(data_dir=data_dir, namespace=NAMESPACE, settings=GROUP_SETTINGS)
+    settings = {**GROUP_SETTINGS, "listeners": KAFKA_LISTENERS,
+                "ssl.keystore.location": tls_files["keystore"]}
+    c = rafka.connect(data_dir=data_dir, namespace=NAMESPACE, settings=settings)
     yield c
     c.shutdown()
+
+
+@pytest.fixture
+def kafka_bootstrap(cluster):
+    """{security protocol: "host:port,..."} of the shared cluster's Kafka listeners (asked
+    per test: a test that restarts the services gives the listeners new ports)."""
+    from rafka.wire.listeners import Endpoint, bootstrap_string
+
+    cluster.bootstrap_servers  # waits for the listeners to open
+    out = {}
+    for protocol in ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"):
+        found = cluster.gateway.call_controller("listener_endpoints", protocol)
+        out[protocol] = bootstrap_string([Endpoint(*e) for listed in found.values()
+                                          for e in listed])  # fmt: skip
+    return out
 
 
 @pytest.fixture

@@ -54,3 +54,29 @@ def test_every_workload_runs_at_a_tiny_size_with_the_peer(tmp_path):
         assert detail["report"] is not None
     assert (results / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "summary:" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_kafka_workload_runs_at_a_tiny_size_against_both_brokers(tmp_path):
+    """``python -m bench kafka --tiny``: confluent-kafka produces and consumes through
+    rafka's listener and Tansu; every rate, latency and ratio is a positive number, and the
+    CPU of the listener, the partition's host, the controller and the client is measured."""
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "kafka", "--tiny", "--results-dir", str(results)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-5000:])
+    detail = json.loads((results / "kafka.json").read_text())
+    assert detail["status"] == "ok" and detail["peer_error"] is None, detail["error"]
+    for row in detail["rows"]:
+        assert _positive(row["rafka"]) and _positive(row["peer"]), row
+        assert _positive(row["ratio"]), row
+    summary = detail["report"]["summary"]
+    for phase in ("produce", "consume"):
+        cpu = summary[f"rafka.{phase}"]["cpu"]
+        for label in ("client", "listener", "partition host", "controller", "machine"):
+            assert label in cpu and cpu[label]["cpu_s"] >= 0, (phase, label, cpu)
+        assert {"client", "tansu broker"} <= set(summary[f"tansu.{phase}"]["cpu"])
+    assert "where the time goes" in done.stdout

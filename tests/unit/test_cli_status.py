@@ -344,3 +344,11 @@ def test_status_options_parse_and_help_does_not_import_ray():
     done = help_without_ray(["status", "--help"])
     assert done.returncode == 0, done.stderr
     assert "--groups-detail" in done.stdout
+
+
+def test_status_names_the_kafka_bootstrap_servers_when_listeners_are_open(monkeypatch, capsys):
+    serve(monkeypatch, FakeAdmin(FakeController(
+        {**CLUSTER, "bootstrap_servers": "10.0.0.1:9092,10.0.0.2:9092"}, TOPICS)))
+    status, out, err = run(capsys)
+    assert status == 0, err
+    assert "Kafka clients: bootstrap.servers=10.0.0.1:9092,10.0.0.2:9092" in out.splitlines()

@@ -4,11 +4,12 @@ import subprocess
 import sys
 
 
-def test_storage_and_cluster_import_without_ray():
-    """Importing rafka, rafka.storage (every module) and rafka.cluster leaves Ray unloaded."""
+def test_storage_cluster_and_wire_import_without_ray():
+    """Importing rafka, and every module of rafka.storage, rafka.cluster and rafka.wire (the
+    Kafka protocol), leaves Ray unloaded."""
     code = (
-        "import sys, pkgutil, importlib, rafka, rafka.storage, rafka.cluster\n"
-        "for pkg in (rafka.storage, rafka.cluster):\n"
+        "import sys, pkgutil, importlib, rafka, rafka.storage, rafka.cluster, rafka.wire\n"
+        "for pkg in (rafka.storage, rafka.cluster, rafka.wire):\n"
         "    for m in pkgutil.iter_modules(pkg.__path__):\n"
         "        importlib.import_module(pkg.__name__ + '.' + m.name)\n"
         "heavy = [m for m in ('ray', 'pyspark', 'pandas', 'pyarrow') if m in sys.modules]\n"

@@ -22,14 +22,17 @@ class FakeReplica:
         self.name = name
         self.gone = False
         self.markers: list[tuple] = []
+        self.versions: list[int] = []  # the transaction version of each marker
         self.write_marker = self  # ``replica.write_marker.remote(...)``
 
-    def remote(self, producer_id, epoch, commit, coordinator_epoch, timeout_ms):
+    def remote(self, producer_id, epoch, commit, coordinator_epoch, timeout_ms,
+               transaction_version=2):  # fmt: skip
         async def answer():
             if self.gone:
                 error = UnknownTopicOrPartition(f"{self.name} does not exist here")
                 return (error.errno, str(error), -1)
             self.markers.append((producer_id, epoch, commit))
+            self.versions.append(transaction_version)
             return (0, "", len(self.markers) - 1)
 
         return answer()

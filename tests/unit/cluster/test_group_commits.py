@@ -10,6 +10,7 @@ from rafka.errors import (
     CommitFailed,
     FencedInstanceId,
     IllegalGeneration,
+    NonEmptyGroup,
     RebalanceInProgress,
     UnknownMemberId,
 )
@@ -131,3 +132,50 @@ def test_a_commit_from_outside_the_group_names_no_member_and_no_generation():
         empty.check_commit("m-1", None, -1, offsets(0), outside_group=True)
     with pytest.raises(IllegalGeneration, match="outside"):
         empty.check_commit("", None, 3, offsets(0), outside_group=True)
+
+
+# -- commits inside a transaction ------------------------------------------------------------------
+
+
+def test_a_transactional_commit_without_member_or_generation_is_accepted_while_members_consume():
+    """TxnOffsetCommit v0-2 (and a producer given only the group id) names no member and no
+    generation: Kafka accepts it whatever the group's members and state, as the older
+    protocol has no way to name them. A plain commit from outside is still refused."""
+    group, _ = stable_group(2)
+    group.check_commit("", None, -1, offsets(0, 1), outside_group=True, transactional=True)
+    with pytest.raises(NonEmptyGroup):
+        group.check_commit("", None, -1, offsets(0), outside_group=True)
+    join(group, now=10, client="c9")  # a third member: the group rebalances
+    group.tick(REBALANCE)
+    assert group.state == GroupState.COMPLETING_REBALANCE
+    group.check_commit("", None, -1, offsets(0), outside_group=True, transactional=True)
+
+
+def test_a_transactional_commit_without_member_still_names_no_member_and_no_generation():
+    """Only the member-less form skips the member checks: a member id or a generation
+    with outside_group is a contradiction, refused as for any commit from outside."""
+    group, _ = stable_group(1)
+    with pytest.raises(UnknownMemberId, match="outside"):
+        group.check_commit("m-1", None, -1, offsets(0), outside_group=True, transactional=True)
+    with pytest.raises(IllegalGeneration, match="outside"):
+        group.check_commit("", None, 1, offsets(0), outside_group=True, transactional=True)
+
+
+def test_a_transactional_commit_by_a_member_is_checked_as_a_member_s_but_not_held_by_the_sync():
+    """KIP-447: a member's transactional commit names its generation, so a zombie of an
+    older one is refused; the group's sync phase does not refuse it (Kafka does not
+    enforce the group's state on transactional commits). What it may commit there is what
+    it declared owned when it joined."""
+    group = Group("g", CONFIG, 0)
+    a = join(group, protocols=cooperative([("t", 0)], 0))[0]
+    group.tick(DELAY)
+    assert group.state == GroupState.COMPLETING_REBALANCE
+    with pytest.raises(RebalanceInProgress):
+        group.check_commit(a, None, 1, offsets(0))
+    group.check_commit(a, None, 1, offsets(0), transactional=True)
+    with pytest.raises(IllegalGeneration):
+        group.check_commit(a, None, 0, offsets(0), transactional=True)
+    with pytest.raises(UnknownMemberId):
+        group.check_commit("stranger", None, 1, offsets(0), transactional=True)
+    with pytest.raises(CommitFailed, match="t-1 not assigned"):
+        group.check_commit(a, None, 1, offsets(1), transactional=True)

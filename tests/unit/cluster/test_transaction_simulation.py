@@ -53,7 +53,7 @@ import pytest
 
 from rafka.actors.replica_transactions import TransactionHandler
 from rafka.clients.producer_transactions import TransactionalMixin
-from rafka.cluster import transaction_state
+from rafka.cluster import transaction_end, transaction_state
 from rafka.errors import RafkaError
 from rafka.storage import record_batch as rb
 from rafka.storage.read_committed import ReadCommittedFilter
@@ -205,7 +205,7 @@ class _CoordinatorGateway:
         elif method == "add_partitions":
             decision = transaction_state.add_partitions(self.meta, args[1], args[2], args[3], 0)
         else:
-            decision = transaction_state.end_txn(self.meta, *args[1:4], 0, take)
+            decision = transaction_end.end_txn(self.meta, *args[1:4], 0, take)
         if decision.error is not None:
             return (decision.error.errno, str(decision.error), -1, -1)
         if decision.metadata is not None:

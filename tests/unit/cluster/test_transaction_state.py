@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rafka.cluster.transaction_end import end_txn
 from rafka.cluster.transaction_state import (
     MAX_EPOCH,
     VALID_PREVIOUS,
@@ -23,7 +24,6 @@ from rafka.cluster.transaction_state import (
     check_transition,
     complete,
     describe,
-    end_txn,
     expired,
     init_producer_id,
     is_valid_transition,

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from rafka.actors.transaction_adds import partitions_of
 from rafka.actors.transaction_coordinator import COMPLETION_WAIT_S
 from rafka.actors.transaction_markers import _DONE_ERRORS
+from rafka.cluster import transaction_end
 from rafka.cluster import transaction_state as txn
 from rafka.cluster.transaction_records import decode, encode_key, encode_value
 from rafka.cluster.transaction_state import Markers, TxnDecision, TxnMetadata, TxnState
@@ -373,7 +374,7 @@ class Coordinator(Endpoint):
     def on_end(self, producer: Endpoint, req: int, tid: str, producer_id: int, epoch: int,
                commit: bool) -> None:  # fmt: skip
         sim = self.sim
-        self._decide(tid, lambda current: txn.end_txn(
+        self._decide(tid, lambda current: transaction_end.end_txn(
             current, producer_id, epoch, commit, sim.scheduler.now, sim.allocate_producer_id),
             self._answer(producer, req, 2))  # fmt: skip
 

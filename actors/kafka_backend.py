@@ -1,0 +1,204 @@
+"""The Kafka listener's way into rafka: async calls on the controller, the leaders'
+replicas and the coordinators, with rafka's typed errors.
+
+The handlers (``rafka.wire.handlers_*``) see only this class, so they are tested without Ray
+against a fake of it. Leaders are cached per topic and forgotten on the errors that mean the
+cache is stale; a request for a partition whose leader is on another node is sent there
+directly (a Kafka broker would answer NOT_LEADER_OR_FOLLOWER; rafka can reach every leader,
+so a client with stale metadata still gets served).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from rafka.actors.handles import Gateway, _translate, as_array
+from rafka.actors.replica_handle import leader_host
+from rafka.errors import (
+    BrokerNotAvailable,
+    LeaderNotAvailable,
+    NotLeaderOrFollower,
+    RafkaError,
+    UnknownTopicOrPartition,
+    error_class,
+)
+
+#: Errors after which a topic's cached leaders are dropped.
+STALE_LEADER_ERRORS = (NotLeaderOrFollower, LeaderNotAvailable, UnknownTopicOrPartition,
+                       BrokerNotAvailable)  # fmt: skip
+CONTROLLER_TIMEOUT_S = 30.0
+#: Pause between tries while the controller restarts, s.
+CONTROLLER_RETRY_S = 0.2
+
+
+class KafkaBackend:
+    """One per listener actor; used from its event loop only."""
+
+    def __init__(self, namespace: str) -> None:
+        self.gateway = Gateway(namespace)
+        # topic -> (topic id, [(leader, leader epoch, host slot) per partition])
+        self._leaders: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
+
+    # -- controller ----------------------------------------------------------------------------
+
+    async def controller(self, method: str, *args, timeout_s: float = CONTROLLER_TIMEOUT_S):
+        """A controller call's answer; retried while the controller restarts."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                handle = self.gateway.controller()
+                ref = getattr(handle, method).remote(*args)
+                return await asyncio.wait_for(ref, max(0.01, deadline - loop.time()))
+            except RayActorError as e:
+                self.gateway.reset()
+                if loop.time() + CONTROLLER_RETRY_S >= deadline:
+                    raise _translate(e, "the rafka controller") from None
+                await asyncio.sleep(CONTROLLER_RETRY_S)
+            except asyncio.TimeoutError:
+                raise _translate(GetTimeoutError(), "the rafka controller") from None
+            except RayTaskError as e:
+                raise _translate(e, "the rafka controller") from None
+
+    async def kafka_metadata(self, names: list[str] | None, allow_auto_create: bool,
+                             protocol: str) -> dict[str, Any]:  # fmt: skip
+        answer = await self.controller("kafka_metadata", names, allow_auto_create, protocol)
+        for name, described in answer["topics"].items():
+            self._remember(name, described)
+        return answer
+
+    def _remember(self, name: str, described) -> None:
+        if isinstance(described, dict):
+            self._leaders[name] = (
+                described["topic_id"],
+                [(p["leader"], p["leader_epoch"], leader_host(p))
+                 for p in described["partitions"]],
+            )  # fmt: skip
+        else:
+            self._leaders.pop(name, None)
+
+    async def topic_id(self, topic: str) -> str:
+        return (await self._topic(topic))[0]
+
+    async def _topic(self, topic: str) -> tuple[str, list]:
+        cached = self._leaders.get(topic)
+        if cached is None:
+            described = (await self.controller("metadata", [topic], False))[topic]
+            self._remember(topic, described)
+            if not isinstance(described, dict):
+                errno, message = described
+                raise error_class(errno)(message)
+            cached = self._leaders[topic]
+        return cached
+
+    async def _leader_replica(self, topic: str, partition: int):
+        topic_id, partitions = await self._topic(topic)
+        if not 0 <= partition < len(partitions):
+            raise UnknownTopicOrPartition(
+                f"topic {topic} has {len(partitions)} partitions; partition {partition} "
+                "does not exist"
+            )
+        leader, _, host = partitions[partition]
+        if leader < 0:
+            self._leaders.pop(topic, None)
+            raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now; retry")
+        try:
+            return self.gateway.replica(topic_id, partition, leader, host), leader
+        except RafkaError:
+            self._leaders.pop(topic, None)
+            raise
+
+    def forget(self, topic: str) -> None:
+        """Drop ``topic``'s cached leaders (an answer said they moved)."""
+        self._leaders.pop(topic, None)
+
+    async def _replica_call(self, topic: str, partition: int, method: str, *args):
+        replica, _ = await self._leader_replica(topic, partition)
+        ref = getattr(replica, method).remote(*args)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            # A long poll nobody waits for any more (another partition of the fetch had
+            # records first) ends now rather than at max_wait_ms.
+            ray.cancel(ref)
+            raise
+        except (RayTaskError, RayActorError) as e:
+            self.forget(topic)
+            raise _translate(e, f"the leader of {topic}-{partition}") from None
+
+    # -- partitions ----------------------------------------------------------------------------
+
+    async def produce(self, topic: str, partition: int, batches: bytes, acks: int,
+                      timeout_ms: int, client_key: str, number_of,
+                      transactional_id: str | None, submitted=None) -> tuple:  # fmt: skip
+        """The leader's produce answer: (errno, message, log start, [(errno, message,
+        base offset, log append time) per batch]). ``number_of(client_id)`` numbers this
+        request among the client's requests to that leader (kept in order there), and
+        ``submitted()`` is called once the call is sent."""
+        replica, leader = await self._leader_replica(topic, partition)
+        client_id = f"{client_key}@{leader}"
+        try:
+            ref = replica.produce.remote(
+                as_array(batches), acks, timeout_ms, client_id, number_of(client_id),
+                transactional_id,
+            )  # fmt: skip
+            if submitted is not None:
+                submitted()
+            answer = await ref
+        except (RayTaskError, RayActorError) as e:
+            self.forget(topic)
+            raise _translate(e, f"the leader of {topic}-{partition}") from None
+        if answer[0] in _STALE_ERRNOS:
+            self.forget(topic)
+        return answer
+
+    async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+                    min_bytes: int, max_wait_ms: int, committed: bool) -> tuple:  # fmt: skip
+        method = "fetch_committed" if committed else "fetch"
+        answer = await self._replica_call(topic, partition, method, offset, max_bytes,
+                                          min_bytes, max_wait_ms)  # fmt: skip
+        if answer[0] in _STALE_ERRNOS:
+            self.forget(topic)
+        return answer
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int,
+                          committed: bool) -> tuple:  # fmt: skip
+        answer = await self._replica_call(topic, partition, "list_offset", timestamp, committed)
+        if answer[0] in _STALE_ERRNOS:
+            self.forget(topic)
+        return answer
+
+    async def describe_replica(self, topic: str, partition: int) -> dict[str, Any]:
+        return await self._replica_call(topic, partition, "describe")
+
+    # -- coordinators --------------------------------------------------------------------------
+
+    async def group(self, group_id: str, method: str, *args):
+        """Call ``method`` on the coordinator shard of ``group_id``."""
+        name = (await self.controller("group_coordinator", group_id))["name"]
+        return await self._named_call(name, "group coordinator", method, *args)
+
+    async def groups(self, method: str, *args) -> list:
+        """Call ``method`` on every group coordinator shard."""
+        names = await self.controller("group_coordinators")
+        return await asyncio.gather(*(self._named_call(n, "group coordinator", method, *args)
+                                      for n in names))  # fmt: skip
+
+    async def transaction(self, transactional_id: str, method: str, *args):
+        """Call ``method`` on the transaction coordinator shard of ``transactional_id``."""
+        name = (await self.controller("transaction_coordinator", transactional_id))["name"]
+        return await self._named_call(name, "transaction coordinator", method, *args)
+
+    async def _named_call(self, name: str, what: str, method: str, *args):
+        handle = self.gateway._named(name, what)
+        try:
+            return await getattr(handle, method).remote(*args)
+        except (RayTaskError, RayActorError) as e:
+            raise _translate(e, f"{what} {name}") from None
+
+
+_STALE_ERRNOS = frozenset(cls.errno for cls in STALE_LEADER_ERRORS)
