@@ -74,6 +74,7 @@ class Stamps:
         self.first: float | None = None
         self.last: float | None = None
         self.assignments: list[tuple[float, int]] = []
+        self.error: str | None = None  # why the member stopped reading, if it did
 
     def got(self, n: int, began: float | None) -> None:
         """``n`` records from a poll that started at ``began`` (wall clock), or None when
@@ -96,7 +97,7 @@ class Stamps:
 
     def report(self) -> dict[str, Any]:
         return {"read": self.read, "timed": self.timed, "first": self.first, "last": self.last,
-                "assignments": list(self.assignments)}  # fmt: skip
+                "assignments": list(self.assignments), "error": self.error}  # fmt: skip
 
 
 def _rafka_member_class():
@@ -121,14 +122,17 @@ def _rafka_member_class():
             self._thread.start()
 
         def _run(self) -> None:
-            while True:
-                began = time.time() if self.consumer.assignment() else None
-                if self.columns:
-                    n = self.consumer.poll_columns(timeout_ms=100).num_rows
-                else:
-                    n = len(self.consumer.poll(timeout_ms=100))
-                self.stamps.got(n, began)
-                self.stamps.owned(len(self.consumer.assignment()))
+            try:
+                while True:
+                    began = time.time() if self.consumer.assignment() else None
+                    if self.columns:
+                        n = self.consumer.poll_columns(timeout_ms=100).num_rows
+                    else:
+                        n = len(self.consumer.poll(timeout_ms=100))
+                    self.stamps.got(n, began)
+                    self.stamps.owned(len(self.consumer.assignment()))
+            except Exception as exc:  # the measurement names it rather than waiting it out
+                self.stamps.error = f"{type(exc).__name__}: {exc}"
 
         def report(self) -> dict[str, Any]:
             return self.stamps.report()
@@ -182,12 +186,20 @@ def measure(
 
     def wait(predicate, what: str):
         deadline = time.monotonic() + GIVE_UP_S
+        reports: list[dict] = []
         while time.monotonic() < deadline:
             reports = reports_of(members)
+            stopped = [r["error"] for r in reports if r.get("error")]
+            if stopped:
+                raise RuntimeError(f"a member stopped reading while waiting for {what}: "
+                                   f"{stopped[0]}")  # fmt: skip
             if predicate(reports):
                 return reports
             time.sleep(0.02)
-        raise RuntimeError(f"gave up waiting for {what}")
+        seen = [{"read": r["read"], "owned": r["assignments"][-1][1] if r["assignments"] else 0}
+                for r in reports]  # fmt: skip
+        raise RuntimeError(f"gave up after {GIVE_UP_S:.0f} s waiting for {what}; members: "
+                           f"{seen}")  # fmt: skip
 
     def shares(reports) -> list[int]:
         return sorted(r["assignments"][-1][1] if r["assignments"] else 0 for r in reports)

@@ -32,9 +32,17 @@ def test_every_workload_runs_at_a_tiny_size_with_the_peer(tmp_path):
         [sys.executable, "-m", "bench", "--tiny", "--results-dir", str(results)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
+    summary_path = results / "summary.json"
+    if summary_path.exists():  # name the failed workloads and their errors before the exit code
+        failed = {name: entry["error"] for name, entry in
+                  json.loads(summary_path.read_text())["workloads"].items()
+                  if entry["status"] != "ok"}  # fmt: skip
+        if failed:
+            pytest.fail(f"workloads failed: {failed}\n--- stderr tail ---\n"
+                        f"{done.stderr[-4000:]}", pytrace=False)  # fmt: skip
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-5000:])
 
-    summary = json.loads((results / "summary.json").read_text())
+    summary = json.loads(summary_path.read_text())
     assert set(summary["workloads"]) == set(WORKLOADS)
     assert summary["peer_error"] is None, summary["peer_error"]
     machine = summary["machine"]
