@@ -58,6 +58,8 @@ FETCH_MAX_WAIT_MS = 100
 # on the dev machine: 1 ms -> 3.8 ms, 5 -> 6.5, 100 -> 78, 500 -> 481). A user after low
 # latency would set it low, so the peer gets the lowest that makes sense.
 PEER_FETCH_MAX_WAIT_MS = 1
+#: Points of each side's latency CDF in the report (``cdf_ms``), drawn by bench.chart.
+CDF_POINTS = 200
 PERCENTILES = (("p50_ms", 50.0, "p50"), ("p99_ms", 99.0, "p99"), ("p999_ms", 99.9, "p99.9"))
 
 TINY = {"latency_rate": 1000, "latency_seconds": 2.0}
@@ -159,7 +161,21 @@ def figures(latencies_ns: bytes, sent: int, duplicates: int) -> dict[str, Any]:
             out[name] = float(np.percentile(values, q))
         out["max_ms"] = float(values.max())
         out["mean_ms"] = float(values.mean())
+        out["cdf_ms"] = cdf_points(values)
     return out
+
+
+def cdf_points(values_ms, points: int = CDF_POINTS) -> list[list[float]]:
+    """The latency distribution as ``[[ms, fraction of records at or below it], ...]``:
+    ``points`` evenly spaced quantiles plus the tail (p99, p99.9, p99.99, max), enough to
+    draw a CDF without keeping every record's latency in the report."""
+    import numpy as np
+
+    fractions = np.unique(np.concatenate([
+        np.linspace(0.0, 1.0, points), [0.99, 0.999, 0.9999, 1.0],
+    ]))  # fmt: skip
+    quantiles = np.quantile(np.asarray(values_ms, dtype=np.float64), fractions)
+    return [[float(q), float(f)] for q, f in zip(quantiles, fractions)]
 
 
 # -- rafka -------------------------------------------------------------------------------------
