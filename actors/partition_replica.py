@@ -41,7 +41,7 @@ import os
 import shutil
 from typing import Any, Awaitable, Callable
 
-from rafka.actors import metrics
+from rafka.actors import metrics, stage_trace
 from rafka.actors.controller_link import ControllerLink
 from rafka.actors.fetch_batcher import FetchBatcher
 from rafka.actors.isr_proposer import IsrProposer
@@ -337,6 +337,8 @@ class PartitionReplica:
         wakes waiting fetches and acks=all produces)."""
         if offset > self.log.high_watermark:
             self.log.update_high_watermark(offset)
+            if stage_trace.ENABLED and self.leader is not None:
+                stage_trace.mark("leader.committed", self.log.high_watermark)
             return True
         return False
 
@@ -417,10 +419,13 @@ class PartitionReplica:
         max_bytes: int,
         max_wait_ms: int,
         incarnation: int | None = None,
+        log_end_offset: int | None = None,
         cutoff: WaitCutoff | None = None,
     ) -> tuple:
-        """A follower's fetch: it holds everything below ``fetch_offset``, its last batch is
-        from ``last_fetched_epoch``, and it believes this replica leads in ``leader_epoch``;
+        """A follower's fetch: it has fetched everything below ``fetch_offset`` (its last
+        batch from ``last_fetched_epoch``) and written everything below ``log_end_offset``
+        (``fetch_offset`` when None; less while it appends an answer after sending this fetch,
+        see ``prefetch_offset``), and it believes this replica leads in ``leader_epoch``;
         ``incarnation`` is the follower replica's replica epoch (its current life).
         Answers (errno, message, high_watermark, log_start_offset, log_end_offset,
         diverging_epoch, diverging_end_offset, records): a diverging end offset >= 0 tells the
@@ -429,7 +434,7 @@ class PartitionReplica:
         ``ReplicaHost.replicate_many``)."""
         return await self.fetch_handler.replicate(
             follower, leader_epoch, fetch_offset, last_fetched_epoch, max_bytes, max_wait_ms,
-            incarnation, cutoff,
+            incarnation, log_end_offset, cutoff,
         )  # fmt: skip
 
     async def export_block(self, start: int, end: int, committed_only: bool = False) -> tuple:

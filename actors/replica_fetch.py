@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rafka.actors import metrics
+from rafka.actors import metrics, stage_trace
 from rafka.actors.block_export import BlockExporter
 from rafka.cluster.replication import UNDEFINED_EPOCH, diverging_epoch
 from rafka.errors import NotLeaderOrFollower, OffsetOutOfRange, RafkaError
@@ -101,9 +101,10 @@ class FetchHandler:
     async def replicate(
         self, follower: int, leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
         max_bytes: int, max_wait_ms: int, incarnation: int | None,
-        cutoff: WaitCutoff | None = None,
+        log_end_offset: int | None = None, cutoff: WaitCutoff | None = None,
     ) -> tuple:  # fmt: skip
         r = self.replica
+        written = fetch_offset if log_end_offset is None else min(log_end_offset, fetch_offset)
         started = time.perf_counter()
         appended = r.loop_ready()
         log_ = r.log
@@ -118,6 +119,8 @@ class FetchHandler:
                 raise OffsetOutOfRange(
                     f"offset {fetch_offset} is below the log start {log_.log_start_offset}"
                 )
+            if stage_trace.ENABLED:
+                stage_trace.mark("leader.fetched", written, peer=follower)
             if fetch_offset > log_.log_end_offset and last_fetched_epoch == UNDEFINED_EPOCH:
                 return self._diverged(log_.latest_epoch, log_.log_end_offset)
             diverged = diverging_epoch(
@@ -126,7 +129,7 @@ class FetchHandler:
             if diverged is not None:
                 return self._diverged(*diverged)
             if r.set_high_watermark(
-                leader.on_follower_fetch(follower, fetch_offset, now_ms(), incarnation)
+                leader.on_follower_fetch(follower, written, now_ms(), incarnation)
             ):
                 async with appended:
                     appended.notify_all()
@@ -137,6 +140,8 @@ class FetchHandler:
             self._fetched(metrics.REPLICATION, _EMPTY, started)
             return (e.errno, str(e), -1, log_.log_start_offset, -1, -1, -1, _EMPTY)
         self._fetched(metrics.REPLICATION, data, started)
+        if stage_trace.ENABLED and len(data):
+            stage_trace.mark("leader.sent", rb.next_offset(data), peer=follower)
         records = np.frombuffer(data, dtype=np.uint8) if len(data) else _EMPTY
         return (0, "", log_.high_watermark, log_.log_start_offset, log_.log_end_offset, -1, -1,
                 records)  # fmt: skip

@@ -11,6 +11,13 @@ again it catches up and the leader proposes it back. A replica that a move is ad
 at its share of ``replication.throttled.rate`` (``follower_throttle``): it waits out its
 byte budget before each fetch until it catches up; other followers never wait.
 
+While the leader holds more than an answer brought, the follower sends its next fetch (from
+the end of that answer) before appending it, so the leader reads and sends while the
+follower writes (``prefetch_offset``). That fetch reports the log end from before the
+append: the leader never counts unwritten records. A prefetched answer is used only if the
+append reached exactly where it starts, under the same leader and epoch; otherwise (a failed
+append, a new state) it is dropped and the loop fetches again from its log end.
+
 Owned by one ``PartitionReplica`` and run on its event loop; the replica starts the loop when
 it becomes a follower and stops it when it leads, closes, or the leader moves (an outstanding
 fetch may be to the old leader). Nothing here is persisted: after a crash the replica checks
@@ -26,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
+from rafka.actors import stage_trace
 from rafka.actors.follower_throttle import FollowerThrottle
 from rafka.actors.replica_handle import find_replica
 from rafka.cluster.hosting import NO_HOST
 from rafka.cluster.metadata import NO_LEADER
-from rafka.cluster.replication import truncation_offset
+from rafka.cluster.replication import prefetch_offset, truncation_offset
 from rafka.cluster.settings import setting
 from rafka.errors import OffsetOutOfRange
 from rafka.storage import record_batch as rb
@@ -116,81 +124,139 @@ class ReplicaFollower:
         last_progress = time.monotonic()
         delay = 0.02
         write_delay = 0.0  # > 0 while local writes fail
+        prefetch: _Prefetch | None = None  # a fetch sent before the last append finished
         me = asyncio.current_task()
-        while not r.closed and r.leader is None and self._task is me:
-            s = r.state
-            leader_id = s["leader"]
-            if time.monotonic() - last_progress > STATE_PULL_AFTER_S:
+        try:
+            while not r.closed and r.leader is None and self._task is me:
+                s = r.state
+                leader_id = s["leader"]
+                if time.monotonic() - last_progress > STATE_PULL_AFTER_S:
+                    last_progress = time.monotonic()
+                    state = await r.controller.call("partition_state", r.topic_id, r.partition,
+                                                    r.broker_id)  # fmt: skip
+                    if state is not None:
+                        r.adopt(state)  # may cancel this task and start a fresh one
+                        if r.state["leader"] != leader_id:
+                            continue
+                if leader_id == NO_LEADER or leader_id == r.broker_id:
+                    await asyncio.sleep(0.1)
+                    continue
+                waited = await self.throttle.pay(r)
+                if waited:
+                    # Waiting for the budget is not the leader's silence; and the state may
+                    # have changed meanwhile: look at it again.
+                    last_progress += waited
+                    continue
+                idle = empty_answers >= IDLE_AFTER_EMPTY_FETCHES
+                wait_ms = idle_wait_ms if idle else busy_wait_ms
+                try:
+                    if prefetch is not None and prefetch.usable(leader_id, s["leader_epoch"],
+                                                                r.log.log_end_offset):
+                        fetch = prefetch.task
+                    else:
+                        if prefetch is not None:
+                            prefetch.drop()
+                        fetch = self._send(leader_id, (
+                            r.broker_id, s["leader_epoch"], r.log.log_end_offset,
+                            r.log.latest_epoch, self.throttle.ask_size(max_bytes), wait_ms,
+                            r.replica_epoch, r.log.log_end_offset,
+                        ))  # fmt: skip
+                    prefetch = None
+                    answer = await fetch
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError,
+                        asyncio.TimeoutError, ValueError) as e:  # fmt: skip
+                    # Gone, restarting, not hosting the leader (yet), or no host known.
+                    r.logger.debug("fetch from leader %d failed: %r", leader_id, e)
+                    self._handles.pop(leader_id, None)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                except Exception as e:  # anything else Ray raises: the loop must never end on it
+                    r.logger.warning("fetch from leader %d failed: %r; retrying", leader_id, e)
+                    self._handles.pop(leader_id, None)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                if self._task is not me:
+                    # Replaced while the fetch was out; asyncio's wait_for may hand a cancelled
+                    # task the answer instead of its cancellation: never write it, and stop.
+                    return
+                if r.leader is not None or r.state["leader_epoch"] != s["leader_epoch"]:
+                    continue  # the role changed while the fetch was out
+                errno, message, hw, log_start, leader_end, div_epoch, div_end, records = answer
+                if stage_trace.ENABLED and len(records):
+                    stage_trace.mark("follower.received", rb.next_offset(records),
+                                     peer=r.broker_id)  # fmt: skip
+                if errno and errno != OffsetOutOfRange.errno:
+                    await asyncio.sleep(delay)  # a stale or newer epoch: the state is on its way
+                    delay = min(delay * 2, 0.5)
+                    continue
+                delay = 0.02
                 last_progress = time.monotonic()
-                state = await r.controller.call("partition_state", r.topic_id, r.partition,
-                                                r.broker_id)  # fmt: skip
-                if state is not None:
-                    r.adopt(state)  # may cancel this task and start a fresh one
-                    if r.state["leader"] != leader_id:
-                        continue
-            if leader_id == NO_LEADER or leader_id == r.broker_id:
-                await asyncio.sleep(0.1)
-                continue
-            waited = await self.throttle.pay(r)
-            if waited:
-                # Waiting for the budget is not the leader's silence; and the state may have
-                # changed meanwhile: look at it again.
-                last_progress += waited
-                continue
-            wait_ms = idle_wait_ms if empty_answers >= IDLE_AFTER_EMPTY_FETCHES else busy_wait_ms
-            try:
-                handle = self._leader_handle(leader_id)
-                args = (r.broker_id, s["leader_epoch"], r.log.log_end_offset,
-                        r.log.latest_epoch, self.throttle.ask_size(max_bytes), wait_ms,
-                        r.replica_epoch)  # fmt: skip
-                fetch = (r.fetches.replicate(handle, *args) if r.fetches is not None
-                         else handle.replicate.remote(*args))  # fmt: skip
-                answer = await asyncio.wait_for(fetch, wait_ms / 1000 + 5.0)
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError,
-                    asyncio.TimeoutError, ValueError) as e:  # fmt: skip
-                # Gone, restarting, not hosting the leader (yet), or no host known.
-                r.logger.debug("fetch from leader %d failed: %r", leader_id, e)
-                self._handles.pop(leader_id, None)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-                continue
-            except Exception as e:  # anything else Ray raises: the loop must never end on it
-                r.logger.warning("fetch from leader %d failed: %r; retrying", leader_id, e)
-                self._handles.pop(leader_id, None)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-                continue
-            if self._task is not me:
-                # Replaced while the fetch was out; asyncio's wait_for may hand a cancelled
-                # task the answer instead of its cancellation: never write it, and stop.
-                return
-            if r.leader is not None or r.state["leader_epoch"] != s["leader_epoch"]:
-                continue  # the role changed while the fetch was out
-            errno, message, hw, log_start, _, div_epoch, div_end, records = answer
-            if errno and errno != OffsetOutOfRange.errno:
-                await asyncio.sleep(delay)  # a stale or newer epoch: the state is on its way
-                delay = min(delay * 2, 0.5)
-                continue
-            delay = 0.02
-            last_progress = time.monotonic()
-            empty_answers = 0 if len(records) or div_end >= 0 else empty_answers + 1
-            try:
-                self._apply_answer(errno, hw, log_start, div_epoch, div_end, records)
-            except Exception as e:  # the disk, not the protocol: keep the loop, leave the ISR
-                if not write_delay:
-                    r.logger.exception("could not write what the leader sent; retrying")
-                    await r.controller.call("replica_failed", r.topic_id, r.partition,
-                                            r.broker_id, r.replica_epoch, repr(e))  # fmt: skip
-                write_delay = min(max(write_delay * 2, WRITE_RETRY_FIRST_S), WRITE_RETRY_MAX_S)
-                await asyncio.sleep(write_delay)
-                continue
-            # Caught up: the leader may take it into the ISR now (its rule: the follower's
-            # log reaches the high watermark), so it is no longer held back.
-            self.throttle.took(len(records), not errno and div_end < 0
-                               and r.log.log_end_offset >= hw)  # fmt: skip
-            if write_delay:
-                r.logger.warning("writes work again; catching up")
-                write_delay = 0.0
+                empty_answers = 0 if len(records) or div_end >= 0 else empty_answers + 1
+                if not errno and div_end < 0 and len(records):
+                    prefetch = self._prefetch(leader_id, s["leader_epoch"], records, leader_end,
+                                              max_bytes, busy_wait_ms)  # fmt: skip
+                try:
+                    self._apply_answer(errno, hw, log_start, div_epoch, div_end, records)
+                    if stage_trace.ENABLED and len(records):
+                        stage_trace.mark("follower.appended", r.log.log_end_offset,
+                                         peer=r.broker_id)  # fmt: skip
+                except Exception as e:  # the disk, not the protocol: keep the loop, leave the ISR
+                    if prefetch is not None:
+                        prefetch.drop()  # it starts where nothing was written
+                        prefetch = None
+                    if not write_delay:
+                        r.logger.exception("could not write what the leader sent; retrying")
+                        await r.controller.call("replica_failed", r.topic_id, r.partition,
+                                                r.broker_id, r.replica_epoch, repr(e))  # fmt: skip
+                    write_delay = min(max(write_delay * 2, WRITE_RETRY_FIRST_S), WRITE_RETRY_MAX_S)
+                    await asyncio.sleep(write_delay)
+                    continue
+                # Caught up: the leader may take it into the ISR now (its rule: the follower's
+                # log reaches the high watermark), so it is no longer held back.
+                self.throttle.took(len(records), not errno and div_end < 0
+                                   and r.log.log_end_offset >= hw)  # fmt: skip
+                if write_delay:
+                    r.logger.warning("writes work again; catching up")
+                    write_delay = 0.0
+        finally:
+            if prefetch is not None:
+                prefetch.drop()
+
+    def _send(self, leader_id: int, args: tuple) -> asyncio.Task:
+        """One fetch to ``leader_id``'s replica with ``replicate``'s ``args``, as a task that
+        answers or raises (a timeout past its long poll included)."""
+        r = self.replica
+        handle = self._leader_handle(leader_id)
+        fetch = (r.fetches.replicate(handle, *args) if r.fetches is not None
+                 else handle.replicate.remote(*args))  # fmt: skip
+        wait_s = args[5] / 1000 + 5.0
+        call = asyncio.ensure_future(fetch)  # started now, whatever becomes of the wait
+        task = asyncio.get_running_loop().create_task(asyncio.wait_for(call, wait_s))
+        task.add_done_callback(lambda _: call.cancel())  # a no-op once it answered
+        return task
+
+    def _prefetch(self, leader_id: int, leader_epoch: int, records: np.ndarray, leader_end: int,
+                  max_bytes: int, wait_ms: int) -> _Prefetch | None:  # fmt: skip
+        """The next fetch, sent now, before ``records`` are appended, when
+        ``prefetch_offset`` says so; None otherwise (or when it cannot be sent)."""
+        r = self.replica
+        view = memoryview(records)
+        last = None
+        for _, last in rb.iter_batches(view, verify=False):
+            pass
+        start = prefetch_offset(last.next_offset, leader_end, self.throttle.bucket.limited)
+        if start is None:
+            return None
+        try:
+            task = self._send(leader_id, (
+                r.broker_id, leader_epoch, start, last.partition_leader_epoch, max_bytes,
+                wait_ms, r.replica_epoch, r.log.log_end_offset,
+            ))  # fmt: skip
+        except ValueError:  # no host known for the leader: the loop finds out itself
+            return None
+        return _Prefetch(task, leader_id, leader_epoch, start)
 
     def _apply_answer(self, errno: int, hw: int, log_start: int, div_epoch: int,
                       div_end: int, records: np.ndarray) -> None:  # fmt: skip
@@ -237,3 +303,32 @@ class ReplicaFollower:
         log_.append_as_follower(records)
         log_.maybe_flush()
         self.replica.log_changed = True
+
+
+class _Prefetch:
+    """A fetch sent before the previous answer was appended: from ``start``, to the leader
+    ``leader_id`` in ``leader_epoch``."""
+
+    __slots__ = ("task", "leader_id", "leader_epoch", "start")
+
+    def __init__(self, task: asyncio.Task, leader_id: int, leader_epoch: int, start: int):
+        self.task = task
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.start = start
+        # Its outcome may never be awaited (dropped): never let asyncio report it as lost.
+        task.add_done_callback(_consume_outcome)
+
+    def usable(self, leader_id: int, leader_epoch: int, log_end_offset: int) -> bool:
+        """Whether its answer may be applied now: the same leader and epoch, and the append
+        before it reached exactly where it starts."""
+        return (self.leader_id, self.leader_epoch, self.start) == (
+            leader_id, leader_epoch, log_end_offset)  # fmt: skip
+
+    def drop(self) -> None:
+        self.task.cancel()
+
+
+def _consume_outcome(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -19,7 +19,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from rafka.actors import metrics
+from rafka.actors import metrics, stage_trace
 from rafka.actors.request_order import RequestOrder
 from rafka.cluster.replication import LeaderState
 from rafka.errors import (
@@ -52,6 +52,7 @@ class ProduceHandler:
         r.loop_ready()
         if request_no >= 0:
             await self.order.wait_turn(client_id, request_no, timeout_ms)
+        received_ns = time.monotonic_ns() if stage_trace.ENABLED else 0
         results = []
         last_offset = -1
         records_in = bytes_in = 0  # for the metrics: what this call appended
@@ -78,11 +79,16 @@ class ProduceHandler:
                 if request_no >= 0:
                     await self.order.end_turn(client_id, request_no)
             await self.appended_locally(leader)
+            if stage_trace.ENABLED and last_offset >= 0:
+                stage_trace.mark("leader.received", last_offset + 1, received_ns)
+                stage_trace.mark("leader.appended", last_offset + 1)
             if acks == -1 and r.log.high_watermark <= last_offset:
                 await self.await_high_watermark(leader, last_offset + 1, timeout_ms)
         except RafkaError as e:
             self._produced(records_in, bytes_in, acks, started)
             return (e.errno, str(e), -1, [])
+        if stage_trace.ENABLED and last_offset >= 0:
+            stage_trace.mark("leader.answered", last_offset + 1)
         self._produced(records_in, bytes_in, acks, started)
         return (0, "", r.log.log_start_offset, results)
 

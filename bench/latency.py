@@ -1,10 +1,11 @@
 """End-to-end latency at a fixed offered rate: rafka next to the peer, in one run.
 
 Workload: one topic with one partition, ``--value-size``-byte values (100 by default). A
-producer in the harness's process sends ``--latency-rate`` records per second for
-``--latency-seconds`` seconds (5,000/s for 2 s by default; acks=1, linger
-``--latency-linger-ms``, 1 ms by default) while one consumer in another process reads the
-partition from its start and polls in a loop. Each
+producer in the harness's process sends at each rate of ``--latency-rates`` records per
+second for ``--latency-seconds`` seconds (1,000/s and 10,000/s for 2 s by default; acks=1,
+linger ``--latency-linger-ms``, 0 by default) while one consumer in another process reads
+the partition from its start and polls in a loop. ``bench.latency_all`` measures acks=all on
+RF=3 the same way on a multi-node cluster. Each
 value starts with its sequence number and the time it was handed to ``send()``
 (``time.monotonic_ns()``: CLOCK_MONOTONIC, one clock for every process of the machine); the
 consumer takes the time when a poll returns, and a record's latency is that time minus the
@@ -62,19 +63,20 @@ PEER_FETCH_MAX_WAIT_MS = 1
 CDF_POINTS = 200
 PERCENTILES = (("p50_ms", 50.0, "p50"), ("p99_ms", 99.0, "p99"), ("p999_ms", 99.9, "p99.9"))
 
-TINY = {"latency_rate": 1000, "latency_seconds": 2.0}
+TINY = {"latency_rates": "1000", "latency_seconds": 1.0}
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--latency-rate", type=float, default=5000,
-                       help="records per second offered (default 5000)")
+    group.add_argument("--latency-rates", default="1000,10000",
+                       help="records per second offered, comma-separated: one measurement "
+                       "per rate (default 1000,10000)")
     # Two seconds by default: on Tansu 0.6's memory storage the peer's consumer stops
     # receiving after a few seconds of a steady stream (about 5,000-15,000 records), and a
     # run it cannot finish gives it no figures. rafka holds up for any duration.
     group.add_argument("--latency-seconds", type=float, default=2.0,
                        help="seconds of sending at that rate (default 2)")
-    group.add_argument("--latency-linger-ms", type=float, default=1,
-                       help="producer linger on both sides, ms (default 1)")
+    group.add_argument("--latency-linger-ms", type=float, default=0,
+                       help="producer linger on both sides, ms (default 0)")
     group.add_argument("--latency-fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS,
                        help="rafka consumer's fetch_max_wait_ms: how long a replica may hold a "
                        f"fetch with no data (default {FETCH_MAX_WAIT_MS})")
@@ -227,18 +229,35 @@ def _rafka_consumer_class():
     return RafkaLatencyConsumer
 
 
+def parse_rates(text: str) -> list[float]:
+    """``--latency-rates``: positive records-per-second figures, comma-separated."""
+    try:
+        rates = [float(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        rates = []
+    if not rates or any(rate <= 0 for rate in rates):
+        raise SystemExit(f"--latency-rates wants positive numbers, comma-separated "
+                         f"(e.g. 1000,10000); got {text!r}")  # fmt: skip
+    return rates
+
+
 def run_rafka(
-    cluster, rate: float, count: int, value_size: int, linger_ms: float, fetch_wait_ms: int
+    cluster, rate: float, count: int, value_size: int, linger_ms: float, fetch_wait_ms: int,
+    topic: str | None = None, **producer_settings: Any,
 ) -> dict:
+    """One measurement on rafka: into ``topic`` (a fresh one-partition RF=1 topic, deleted
+    after, when None) with a producer of ``producer_settings`` (acks=1 unless given)."""
     import ray
 
     admin = cluster.admin()
-    topic = f"latency-{uuid.uuid4().hex[:8]}"
-    admin.create_topic(topic, partitions=1)
+    own_topic = topic is None
+    if own_topic:
+        topic = f"latency-{uuid.uuid4().hex[:8]}"
+        admin.create_topic(topic, partitions=1)
     consumer = None
     try:
         consumer = _rafka_consumer_class().remote(cluster, topic, count, fetch_wait_ms)
-        producer = cluster.producer(acks=1, linger_ms=linger_ms)
+        producer = cluster.producer(**{"acks": 1, **producer_settings}, linger_ms=linger_ms)
         try:
             send = producer.send
 
@@ -254,7 +273,8 @@ def run_rafka(
     finally:
         if consumer is not None:
             ray.kill(consumer, no_restart=True)
-        admin.delete_topic(topic)
+        if own_topic:
+            admin.delete_topic(topic)
     return {**sent, "warm_up_s": warm_s,
             **figures(report["latencies_ns"], count, report["duplicates"])}  # fmt: skip
 
@@ -375,43 +395,59 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
     """The harness's ``latency`` workload: answers rows for the summary and the full report."""
     from bench.harness import row
 
-    rate, seconds, size = args.latency_rate, args.latency_seconds, args.value_size
-    if rate <= 0 or seconds <= 0 or size < HEADER_SIZE:
-        raise SystemExit(f"--latency-rate and --latency-seconds must be > 0 and --value-size "
-                         f">= {HEADER_SIZE}")  # fmt: skip
-    count = max(1, round(rate * seconds))
+    rates, seconds, size = parse_rates(args.latency_rates), args.latency_seconds, args.value_size
+    if seconds <= 0 or size < HEADER_SIZE:
+        raise SystemExit(f"--latency-seconds must be > 0 and --value-size >= {HEADER_SIZE}")
     linger, wait = args.latency_linger_ms, args.latency_fetch_wait_ms
     peer_wait = args.latency_peer_fetch_wait_ms
     report: dict[str, Any] = {
-        "rate": rate, "seconds": seconds, "records": count, "value_size": size,
+        "rates": rates, "seconds": seconds, "value_size": size,
         "acks": 1, "linger_ms": linger, "fetch_max_wait_ms": wait,
         "peer_fetch_wait_max_ms": peer_wait,
         "clock": "time.monotonic_ns (CLOCK_MONOTONIC), send() call to poll return",
         "ratio": "peer / rafka: above 1 means rafka's latency is lower",
+        "runs": [], "series": [],
     }  # fmt: skip
-    report["rafka"] = run_rafka(ctx.embedded(), rate, count, size, linger, wait)
-    print("rafka: " + _line(report["rafka"]), file=sys.stderr)
+    rows = []
     broker = ctx.peer()
-    if broker is not None:
-        report["peer"] = run_peer(broker.bootstrap, rate, count, size, linger, peer_wait)
-        print("peer:  " + _line(report["peer"]), file=sys.stderr)
-    mine, theirs = report["rafka"], report.get("peer") or {}
-    if mine.get("lost"):
-        raise RuntimeError(f"{mine['lost']} of {count} records never reached rafka's consumer")
-    if theirs.get("lost"):
-        # Percentiles over the records that did arrive would flatter the peer: no ratio.
-        report["peer_incomplete"] = (
-            f"the peer's consumer received {theirs['received']:,} of {count:,} records within "
-            f"{DRAIN_GIVE_UP_S:g} s of the last send; its percentiles are left out of the summary"
-        )
-        print("peer:  " + report["peer_incomplete"], file=sys.stderr)
-        theirs = {}
-    rows = [
-        row(f"{label} at {rate:,.0f}/s", "ms", mine.get(name), peer=theirs.get(name),
-            higher_is_better=False)
-        for name, _, label in PERCENTILES
-    ]  # fmt: skip
+    for rate in rates:
+        count = max(1, round(rate * seconds))
+        run: dict[str, Any] = {"rate": rate, "records": count}
+        run["rafka"] = mine = run_rafka(ctx.embedded(), rate, count, size, linger, wait)
+        print(f"rafka at {rate:,.0f}/s: " + _line(mine), file=sys.stderr)
+        if mine.get("lost"):
+            raise RuntimeError(f"{mine['lost']} of {count} records never reached rafka's "
+                               f"consumer at {rate:,.0f}/s")  # fmt: skip
+        theirs: dict[str, Any] = {}
+        if broker is not None:
+            run["peer"] = theirs = run_peer(broker.bootstrap, rate, count, size, linger,
+                                            peer_wait)  # fmt: skip
+            print(f"peer  at {rate:,.0f}/s: " + _line(theirs), file=sys.stderr)
+            if theirs.get("lost"):
+                # Percentiles over the records that did arrive would flatter the peer.
+                run["peer_incomplete"] = (
+                    f"the peer's consumer received {theirs['received']:,} of {count:,} records"
+                    f" within {DRAIN_GIVE_UP_S:g} s of the last send; its percentiles are left "
+                    "out of the summary"
+                )  # fmt: skip
+                print("peer:  " + run["peer_incomplete"], file=sys.stderr)
+                theirs = {}
+        report["runs"].append(run)
+        report["series"].append(series(f"rafka acks=1 RF=1 @ {rate:,.0f}/s", rate, mine))
+        if theirs:
+            report["series"].append(series(f"peer acks=1 @ {rate:,.0f}/s", rate, theirs))
+        rows += [
+            row(f"{label} at {rate:,.0f}/s", "ms", mine.get(name), peer=theirs.get(name),
+                higher_is_better=False)
+            for name, _, label in PERCENTILES
+        ]  # fmt: skip
     return {"rows": rows, "report": report}
+
+
+def series(label: str, rate: float, side: dict[str, Any]) -> dict[str, Any]:
+    """One line of the latency CDF chart (``bench.chart``) with its percentiles."""
+    return {"label": label, "rate": rate, "cdf_ms": side.get("cdf_ms", []),
+            **{name: side.get(name) for name, _, _ in PERCENTILES}}  # fmt: skip
 
 
 def _line(side: dict[str, Any]) -> str:

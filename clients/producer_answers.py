@@ -12,6 +12,7 @@ import collections
 import logging
 from typing import Callable
 
+from rafka.actors import stage_trace
 from rafka.clients.producer_batches import PartitionQueue, ProducerBatch, split_in_halves
 from rafka.clients.producer_config import ProducerConfig
 from rafka.clients.producer_idempotence import EpochState, Verdict
@@ -58,6 +59,8 @@ class AnswersMixin:
                     )
                     failure.__cause__ = e
                     self._complete(batch, failure)
+        if stage_trace.ENABLED and batches[-1].base_offset >= 0 and error is None:
+            stage_trace.mark("client.completed", batches[-1].base_offset + batches[-1].count)
         with self._lock:
             queue = self._queues[(batches[0].topic, batches[0].partition)]
             queue.requests_in_flight -= 1

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+import time
+
+from rafka.actors import stage_trace
 from rafka.clients.producer_batches import PartitionQueue, ProducerBatch
 from rafka.clients.producer_idempotence import PartitionIdempotence, SendMode
 from rafka.errors import (
@@ -28,15 +31,17 @@ from rafka.storage import record_batch as rb
 class SentRequest:
     """One produce call: its batches (in send order), when it was sent (the sender's clock,
     seconds) and the leader it went to. ``settled`` once an outcome was recorded: a late
-    answer to a request already expired or abandoned is dropped."""
+    answer to a request already expired or abandoned is dropped. ``traced``: (encode start,
+    call) in monotonic ns while ``stage_trace`` is on."""
 
-    __slots__ = ("batches", "sent_at", "leader", "settled")
+    __slots__ = ("batches", "sent_at", "leader", "settled", "traced")
 
     def __init__(self, batches: list[ProducerBatch], sent_at: float, leader) -> None:
         self.batches = batches
         self.sent_at = sent_at
         self.leader = leader
         self.settled = False
+        self.traced: tuple[int, int] | None = None
 
 
 class RequestsMixin:
@@ -127,6 +132,7 @@ class RequestsMixin:
         config = self.config
         first = request[0]
         queue = self._queues[(first.topic, first.partition)]
+        encode_ns = time.monotonic_ns() if stage_trace.ENABLED else 0
         try:
             for batch in request:
                 if batch.encoded is None:
@@ -162,6 +168,8 @@ class RequestsMixin:
             self._post_request(request, (0, "", -1, [(0, "", -1, -1)] * len(request)), None)
             return
         sent = SentRequest(request, self._clock(), meta.partitions[first.partition])
+        if stage_trace.ENABLED:
+            sent.traced = (encode_ns, time.monotonic_ns())
         with self._lock:
             self._requests.add(sent)
         try:
@@ -181,6 +189,8 @@ class RequestsMixin:
                     return
                 request.settled = True
                 self._requests.discard(request)
+                if request.traced is not None and error is None:
+                    _trace_answer(request, answer)
                 request = request.batches
             if error is None and (answer[0] != 0 or len(answer[3]) != len(request)):
                 if answer[0] == 0:
@@ -231,6 +241,17 @@ def request_failure(request: list[ProducerBatch], error: BaseException) -> BaseE
     )
     wrapped.__cause__ = error
     return wrapped
+
+
+def _trace_answer(request: SentRequest, answer) -> None:
+    """The client's stage marks of an acknowledged request (see ``stage_trace``)."""
+    if answer[0] != 0 or not answer[3] or answer[3][-1][0] != 0:
+        return
+    end = answer[3][-1][2] + request.batches[-1].count
+    encode_ns, call_ns = request.traced
+    stage_trace.mark("client.encode", end, encode_ns)
+    stage_trace.mark("client.call", end, call_ns)
+    stage_trace.mark("client.answered", end)
 
 
 def _outcome(future) -> tuple:

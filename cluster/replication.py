@@ -28,7 +28,7 @@ With one replica the ISR is the leader alone and the high watermark is its log e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 REPLICA_LAG_TIME_MAX_MS = 30_000
@@ -42,13 +42,19 @@ EpochEndLookup = Callable[[int], tuple[int, int]]
 #: A follower's log end before its first fetch to this leader: unknown, below everything.
 UNKNOWN_OFFSET = -1
 
+#: Earlier fetches a follower's progress is credited against: a follower that sends its
+#: next fetch before appending the last answer (``prefetch_offset``) reports, with each
+#: fetch, what the leader had two fetches back.
+FETCH_HISTORY = 2
+
 
 @dataclass
 class FollowerProgress:
     log_end_offset: int = UNKNOWN_OFFSET
     last_caught_up_ms: int = 0
-    leader_end_at_last_fetch: int = 0  # the leader's log end when the previous fetch came
-    last_fetch_ms: int = 0
+    #: (time ms, the leader's log end then) of the follower's last FETCH_HISTORY fetches,
+    #: oldest first.
+    recent_fetches: list[tuple[int, int]] = field(default_factory=list)
     incarnation: int | None = None  # of the follower's replica, as its fetches say
 
 
@@ -116,15 +122,19 @@ class LeaderState:
                 UNKNOWN_OFFSET, progress.last_caught_up_ms, incarnation=incarnation
             )
         progress.log_end_offset = fetch_offset
-        # Caught up now if it has the leader's whole log; caught up as of its previous fetch if
-        # it has what the leader had then (Kafka's rule: a follower one batch behind a busy
-        # leader stays in sync).
+        # Caught up now if it has the leader's whole log; caught up as of an earlier fetch if
+        # it has what the leader had then (Kafka's rule, for the previous fetch: a follower
+        # one batch behind a busy leader stays in sync; a pipelined follower reports one
+        # fetch later still).
         if fetch_offset >= self.log_end_offset:
             progress.last_caught_up_ms = now_ms
-        elif fetch_offset >= progress.leader_end_at_last_fetch:
-            progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
-        progress.leader_end_at_last_fetch = self.log_end_offset
-        progress.last_fetch_ms = now_ms
+        else:
+            for fetched_ms, leader_end in reversed(progress.recent_fetches):
+                if fetch_offset >= leader_end:
+                    progress.last_caught_up_ms = max(progress.last_caught_up_ms, fetched_ms)
+                    break
+        progress.recent_fetches.append((now_ms, self.log_end_offset))
+        del progress.recent_fetches[:-FETCH_HISTORY]
         return self._advance_high_watermark()
 
     def proposed_isr(self, now_ms: int) -> list[int] | None:
@@ -217,6 +227,22 @@ class LeaderState:
 
     def enough_in_sync(self, min_insync_replicas: int) -> bool:
         return len(self.isr) >= min_insync_replicas
+
+
+def prefetch_offset(records_end: int, leader_log_end: int, throttled: bool) -> int | None:
+    """Where a follower's next fetch starts when it goes out before the answer that just
+    came (records up to ``records_end``) is appended: ``records_end`` while the leader holds
+    more (``leader_log_end`` as it answered), so the leader reads and sends the next chunk
+    while the follower writes this one. None when the answer reached the leader's end (the
+    follower appends first, and its next fetch reports the new log end at once, so the high
+    watermark moves without waiting for another fetch) or a throttle paces the follower.
+
+    A prefetching fetch reports the follower's log end before that append: the leader credits
+    it one fetch later (``FETCH_HISTORY``), and never counts records the follower has not
+    written."""
+    if throttled or records_end >= leader_log_end:
+        return None
+    return records_end
 
 
 def diverging_epoch(

@@ -56,7 +56,7 @@ class BatchLeader:
         class Method:
             @staticmethod
             def remote(follower, leader_epoch, fetch_offset, last_epoch, max_bytes, wait_ms,
-                       replica_epoch):  # fmt: skip
+                       replica_epoch, log_end_offset=None):  # fmt: skip
                 async def answer():
                     await asyncio.sleep(0)
                     leader.asked.append(max_bytes)

@@ -1,7 +1,8 @@
 """The follower fetch loop survives a failing disk: it retries with backoff, reports the
 replica as failed to the controller (which takes it out of the ISR), and catches up once
-its appends work again. Runs the real loop over a real log, with a fake leader and
-controller and no Ray calls."""
+its appends work again. Behind a busy leader it sends its next fetch before appending the
+last answer, and never reports records it has not written. Runs the real loop over a real
+log, with a fake leader and controller and no Ray calls."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rafka.actors.replica_follower import ReplicaFollower
 from rafka.storage import record_batch as rb
 from rafka.storage.config import LogConfig
 from rafka.storage.log import Log
+from rafka.storage.record_columns import decode_records
 
 LEADER = 1
 EPOCH = 3
@@ -38,7 +40,7 @@ class FakeLeader:
         class Method:
             @staticmethod
             def remote(follower, leader_epoch, fetch_offset, last_epoch, max_bytes, wait_ms,
-                       replica_epoch):  # fmt: skip
+                       replica_epoch, log_end_offset=None):  # fmt: skip
                 async def answer():
                     await asyncio.sleep(0)
                     records = leader.slice_from(fetch_offset)
@@ -181,4 +183,162 @@ def test_a_fetch_loop_replaced_while_its_fetch_is_answered_stops_without_writing
     assert log.log_end_offset == 5
     assert old_loop_ended == [True]  # one loop at a time
     assert not [c for c in replica.controller.calls if c[0] == "replica_failed"]
+    log.close()
+
+
+# -- fetches sent before the append (prefetch) -----------------------------------------------
+
+
+class ChunkedLeader(FakeLeader):
+    """A leader that answers at most ``per_fetch`` batches a fetch (so a follower is behind
+    after each answer) and records every fetch: (fetch offset, reported log end, the
+    follower's real log end when the fetch arrived, epoch). ``hold``: fetch offsets whose
+    answer waits for ``release`` (set when one arrives: ``held``)."""
+
+    def __init__(self, count: int, per_fetch: int, log: Log, epoch: int = EPOCH) -> None:
+        super().__init__(count)
+        self.per_fetch = per_fetch
+        self.follower_log = log
+        self.epoch = epoch
+        self.fetches: list[tuple[int, int, int, int]] = []
+        self.hold: set[int] = set()
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    @property
+    def replicate(self):
+        leader = self
+
+        class Method:
+            @staticmethod
+            def remote(follower, leader_epoch, fetch_offset, last_epoch, max_bytes, wait_ms,
+                       replica_epoch, log_end_offset=None):  # fmt: skip
+                leader.fetches.append((fetch_offset, log_end_offset,
+                                       leader.follower_log.log_end_offset, leader_epoch))
+
+                async def answer():
+                    await asyncio.sleep(0)
+                    if fetch_offset in leader.hold:
+                        leader.held.set()
+                        await leader.release.wait()
+                    records = leader.chunk_from(fetch_offset)
+                    return (0, "", leader.count, 0, leader.count, -1, -1, records)
+                return answer()
+
+        return Method
+
+    def chunk_from(self, offset: int) -> np.ndarray:
+        records = self.slice_from(offset)
+        view, pos, taken = memoryview(records), 0, 0
+        while pos < len(view) and taken < self.per_fetch:
+            pos += rb.read_header(view, pos).size
+            taken += 1
+        return records[:pos]
+
+
+def _follow_until(follower: ReplicaFollower, done, steps: int = 400) -> None:
+    async def run() -> None:
+        follower.start_if_needed()
+        for _ in range(steps):
+            await asyncio.sleep(0.01)
+            if done():
+                break
+        follower.stop()
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+
+
+def _values(log: Log) -> list[bytes]:
+    """Every value in ``log``, in offset order."""
+    data = log.read(0, 1 << 20).records
+    return [v for pos, _ in rb.iter_batches(data) for v in decode_records(data, pos).values]
+
+
+def test_a_follower_behind_the_leader_fetches_before_appending_and_reports_only_what_it_wrote(
+    tmp_path,
+):
+    """Ten batches, two an answer: each fetch but the first starts at the end of the answer
+    before it, in order, and goes out before that answer is written (its reported log end
+    is behind where it reads); no fetch reports more than the follower had written."""
+    log = Log(str(tmp_path / "t-0"), LogConfig())
+    replica = FakeReplica(log)
+    leader = ChunkedLeader(10, per_fetch=2, log=log)
+    follower = ReplicaFollower(replica)
+    follower._handles[LEADER] = (0, leader)
+    _follow_until(follower, lambda: log.log_end_offset == 10 and len(leader.fetches) > 5)
+    assert log.log_end_offset == 10
+    assert _values(log) == [b"v%d" % i for i in range(10)]
+    offsets = [f[0] for f in leader.fetches]
+    assert offsets[:6] == [0, 2, 4, 6, 8, 10]  # in order, each from the previous answer's end
+    prefetched = [f for f in leader.fetches[:5] if f[1] < f[0]]
+    assert len(prefetched) == 4  # every fetch while the leader held more
+    assert all(reported <= written for _, reported, written, _ in leader.fetches)
+    log.close()
+
+
+def test_an_append_failing_under_a_prefetch_drops_it_and_fetches_again_from_the_log_end(
+    tmp_path,
+):
+    """The append of the second answer fails while the fetch after it is out: that fetch's
+    answer (which starts where nothing was written) is never applied, the loop fetches
+    again from its real log end, and the log ends whole, without a gap or a duplicate."""
+    log = Log(str(tmp_path / "t-0"), LogConfig())
+    replica = FakeReplica(log)
+    leader = ChunkedLeader(8, per_fetch=2, log=log)
+    real_append = log.append_as_follower
+    appends = []
+
+    def failing_second_append(records):
+        appends.append(1)
+        if len(appends) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_append(records)
+
+    log.append_as_follower = failing_second_append
+    follower = ReplicaFollower(replica)
+    follower._handles[LEADER] = (0, leader)
+    _follow_until(follower, lambda: log.log_end_offset == 8)
+    assert _values(log) == [b"v%d" % i for i in range(8)]
+    offsets = [f[0] for f in leader.fetches]
+    assert offsets[:3] == [0, 2, 4]  # the fetch from 4 went out before the failed append
+    assert offsets[3] == 2  # then again from the real log end
+    assert all(reported <= written for _, reported, written, _ in leader.fetches)
+    log.close()
+
+
+def test_a_prefetch_to_a_leader_that_lost_its_epoch_is_dropped_and_the_new_one_is_asked(
+    tmp_path,
+):
+    """A new leader epoch arrives while a prefetched fetch waits at the old leader: its
+    answer is not written; the loop asks the new leader from the log end it really has."""
+    log = Log(str(tmp_path / "t-0"), LogConfig())
+    replica = FakeReplica(log)
+    old = ChunkedLeader(6, per_fetch=2, log=log)
+    old.hold = {2}  # the prefetch from offset 2 waits
+    new = ChunkedLeader(6, per_fetch=2, log=log, epoch=EPOCH + 1)
+    follower = ReplicaFollower(replica)
+    follower._handles[LEADER] = (0, old)
+    follower._handles[3] = (0, new)
+
+    async def run() -> None:
+        follower.start_if_needed()
+        await asyncio.wait_for(old.held.wait(), 5)
+        # The controller moves the leadership: the loop restarts under the new state.
+        replica.state = {"leader": 3, "leader_epoch": EPOCH + 1, "replicas": [LEADER, 2, 3],
+                         "hosts": [0, 0, 0]}  # fmt: skip
+        follower.stop()
+        follower.start_if_needed()
+        old.release.set()  # the old leader answers now: too late
+        for _ in range(400):
+            await asyncio.sleep(0.01)
+            if log.log_end_offset == 6:
+                break
+        follower.stop()
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert _values(log) == [b"v%d" % i for i in range(6)]
+    assert new.fetches[0][0] == 2 and new.fetches[0][3] == EPOCH + 1  # from its real log end
+    assert all(reported <= written for _, reported, written, _ in old.fetches + new.fetches)
     log.close()

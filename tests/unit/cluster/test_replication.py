@@ -14,6 +14,7 @@ from rafka.cluster.replication import (
     UNKNOWN_OFFSET,
     LeaderState,
     diverging_epoch,
+    prefetch_offset,
     truncation_offset,
 )
 from rafka.storage.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
@@ -223,6 +224,45 @@ def test_follower_caught_up_as_of_its_previous_fetch_stays_in_sync():
             break
     assert slow.proposed_isr(now_ms=now) == [0]
     assert now == 1200  # last caught up at 0 (election), so out just after 1000 ms
+
+
+def test_pipelined_follower_reporting_one_fetch_late_stays_in_sync():
+    """A follower that sends its next fetch before appending the last answer reports, with
+    each fetch, the log end of two fetches back: it holds what the leader had at its fetch
+    before the previous one. It is caught up as of that fetch and stays in the ISR under
+    any load; one that holds less than the leader had three fetches back is lagging."""
+    state = leader(replicas=[0, 1])
+    ends = [0, 0]  # the leader's log end at the follower's last two fetches, oldest first
+    for step in range(1, 30):  # 5.8 s of fetches, every 200 ms, against a 1 s lag window
+        now = step * 200
+        state.on_follower_fetch(1, ends[0], now_ms=now)
+        ends = [ends[1], state.log_end_offset]
+        state.on_local_append(state.log_end_offset + 10)
+        assert state.proposed_isr(now_ms=now) is None
+    assert state.followers[1].log_end_offset < state.high_watermark + 30
+
+    slow = leader(replicas=[0, 1])
+    history = [0, 0, 0]
+    for step in range(1, 30):
+        now = step * 200
+        slow.on_follower_fetch(1, history[0], now_ms=now)  # three fetches behind
+        history = history[1:] + [slow.log_end_offset]
+        slow.on_local_append(slow.log_end_offset + 10)
+        if slow.proposed_isr(now_ms=now) is not None:
+            break
+    assert slow.proposed_isr(now_ms=now) == [0]
+
+
+def test_a_follower_restart_forgets_the_caught_up_history_of_its_earlier_life():
+    state = leader(replicas=[0, 1])
+    state.on_local_append(10)
+    state.on_follower_fetch(1, 0, now_ms=100, incarnation=1)
+    state.on_local_append(20)
+    state.on_follower_fetch(1, 0, now_ms=1500, incarnation=2)  # restarted, holds nothing
+    # Its earlier life's fetch at 100 ms (when the leader ended at 10) earns no credit.
+    state.on_follower_fetch(1, 10, now_ms=1600, incarnation=2)
+    assert state.followers[1].last_caught_up_ms == 0
+    assert state.proposed_isr(now_ms=1600) == [0]
 
 
 # -- joining the ISR ---------------------------------------------------------------------------
@@ -678,3 +718,22 @@ def test_followers_truncate_exactly_to_where_their_log_leaves_the_leaders(histor
         follower = ReplicaLog(MemoryEpochCache(), logs[f])
         reconcile(follower, leader_log)
         assert follower.epochs == logs[f][: common_prefix(logs[f], logs[leader_id])]
+
+
+# -- prefetching followers ----------------------------------------------------------------------
+
+
+def test_a_follower_prefetches_only_while_the_leader_holds_more_and_no_throttle_paces_it():
+    assert prefetch_offset(records_end=100, leader_log_end=250, throttled=False) == 100
+    assert prefetch_offset(records_end=250, leader_log_end=250, throttled=False) is None
+    assert prefetch_offset(records_end=100, leader_log_end=250, throttled=True) is None
+
+
+def test_a_prefetching_followers_unwritten_records_never_count_for_the_high_watermark():
+    """The fetch that goes out before an append reports the log end before it: the high
+    watermark reaches those records only with the fetch after, once they are written."""
+    state = leader(replicas=[0, 1], isr=[0, 1])
+    state.on_local_append(300)
+    state.on_follower_fetch(1, 0, now_ms=10)  # answered with records up to 100
+    assert state.on_follower_fetch(1, 0, now_ms=11) == 0  # prefetch from 100, nothing written
+    assert state.on_follower_fetch(1, 100, now_ms=12) == 100  # after the write
