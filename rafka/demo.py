@@ -22,17 +22,12 @@ def value_for(offset: int) -> bytes:
     return f"{offset:020d}".encode().ljust(RECORD_BYTES, b".")
 
 
-def progress(label: str, done: int, total: int, started: float) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    rate = done / max(time.perf_counter() - started, 1e-9)
-    sys.stderr.write(
-        f"\r{label:<9} [{'#' * filled}{'.' * (width - filled)}] {done:>9,}/{total:,} "
-        f"{rate:>12,.0f} records/s"
-    )
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+def progress_bar(label: str, total: int):
+    """A tqdm progress bar on stderr of ``total`` records: count, percentage, records/s."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"{label:<7}", unit=" records", unit_scale=True,
+                file=sys.stderr, mininterval=0.1)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,29 +59,31 @@ def main(argv: list[str] | None = None) -> int:
     producer = cluster.producer(acks=1, linger_ms=5)
     began = time.perf_counter()
     step = max(total // 100, 1)
-    for i, value in enumerate(values):
-        producer.send(TOPIC, value)
-        if i % step == 0:
-            progress("produce", i, total, began)
-    producer.flush()
-    produce_s = time.perf_counter() - began
-    progress("produce", total, total, began)
+    with progress_bar("produce", total) as bar:
+        for i, value in enumerate(values):
+            producer.send(TOPIC, value)
+            if i % step == 0:
+                bar.update(i - bar.n)
+        producer.flush()
+        produce_s = time.perf_counter() - began
+        bar.update(total - bar.n)
     producer.close()
 
     expected_end = earlier + total
     began = time.perf_counter()
     next_offset = 0
     bad = 0
-    while next_offset < expected_end:
-        records = consumer.poll(timeout_ms=10_000)
-        if not records:
-            break
-        for record in records:
-            if record.offset != next_offset or record.value != value_for(next_offset):
-                bad += 1
-            next_offset = record.offset + 1
-        if next_offset >= earlier:
-            progress("consume", next_offset - earlier, total, began)
+    with progress_bar("consume", total) as bar:
+        while next_offset < expected_end:
+            records = consumer.poll(timeout_ms=10_000)
+            if not records:
+                break
+            for record in records:
+                if record.offset != next_offset or record.value != value_for(next_offset):
+                    bad += 1
+                next_offset = record.offset + 1
+            if next_offset >= earlier:
+                bar.update(next_offset - earlier - bar.n)
     consume_s = time.perf_counter() - began
     consumer.close()
 

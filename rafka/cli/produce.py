@@ -10,7 +10,6 @@ import time
 
 from rafka.cli.arguments import key_separator, non_negative_float, non_negative_int
 from rafka.cli.connect import add_connection_options, connected
-from rafka.cli.output import human_size
 
 
 def add_produce(commands: argparse._SubParsersAction) -> None:
@@ -167,36 +166,29 @@ class _Tally:
 
 
 class _Progress:
-    """A one-line progress bar redrawn with ``\\r`` at most ten times a second."""
-
-    WIDTH = 30
+    """A tqdm progress bar on ``out``: bytes read of ``total`` (0: size unknown, a count
+    with no bar), with the records sent and their rate, redrawn at most ten times a
+    second."""
 
     def __init__(self, total: int, out) -> None:
-        self.total = total
-        self.out = out
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total or None, file=out, unit="B", unit_scale=True,
+                        unit_divisor=1024, mininterval=0.1, dynamic_ncols=True)  # fmt: skip
         self.started = self.drawn = time.monotonic()
-        self.length = 0
 
     def update(self, done: int, records: int, force: bool = False) -> None:
+        # Called once per line: the clock check keeps tqdm's work out of the send loop.
         now = time.monotonic()
         if not force and now - self.drawn < 0.1:
             return
         self.drawn = now
         elapsed = now - self.started
         rate = records / elapsed if elapsed > 0 else 0.0
-        if self.total:
-            fraction = min(1.0, done / self.total)
-            filled = int(fraction * self.WIDTH)
-            bar = f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {fraction:4.0%} "
-            amount = f"{human_size(done)} / {human_size(self.total)}"
-        else:
-            bar, amount = "", human_size(done)
-        text = f"{bar}{amount}  {records:,} records  {rate:,.0f} records/s"
-        self.out.write("\r" + text.ljust(self.length))
-        self.length = len(text)
-        self.out.flush()
+        self.bar.set_postfix_str(f"{records:,} records, {rate:,.0f} records/s", refresh=False)
+        self.bar.update(done - self.bar.n)
+        if force:
+            self.bar.refresh()
 
     def finish(self) -> None:
-        if self.length:
-            self.out.write("\n")
-            self.out.flush()
+        self.bar.close()
