@@ -19,7 +19,9 @@ LocalCluster when run together: ``python -m bench produce-all failover [--failov
    (a request already on its way may be answered by the dying leader), so it holds
    detection (missed heartbeats and a probe), the election, the producer noticing the move,
    and the new ISR replicating. Also recorded: when the controller's metadata first showed
-   the new leader (polled every 50 ms). Between runs the node comes back, its replica catches up and
+   the new leader (polled every 50 ms), and a timeline: acknowledgements per 100 ms from
+   the warm-up to ``AFTER_S`` past the first acknowledgement after the kill (drawn as
+   failover_timeline.png). Between runs the node comes back, its replica catches up and
    rejoins the ISR, and a preferred-leader election (``admin.elect_leaders``) gives it the
    leadership back, so every run kills a leader in the same state.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -54,6 +57,10 @@ TARGET_S = 2.0
 SEND_INTERVAL_S = 0.002  # one record every 2 ms while a failover is measured: 2 ms resolution
 WARM_UP_S = 1.0
 GIVE_UP_S = 60.0
+TIMELINE_BUCKET_S = 0.1  # the timeline counts acknowledgements per 100 ms
+# After the first acknowledgement following the kill, the producer sends this long more, so
+# the timeline shows the write rate after the failover as well as before it.
+AFTER_S = 1.0
 
 
 TINY = {"failover_runs": 1, "failover_records": 5_000, "failover_rounds": 1}
@@ -149,6 +156,8 @@ def one_failover(local, cluster, topic: str, value: bytes, disk_of: dict[int, st
             if p.leader != before.leader and p.leader is not None and p.leader >= 0:
                 elected, after = time.monotonic(), p
         time.sleep(0.05 if elected is None else 0.005)
+    if first_ack is not None:
+        time.sleep(max(0.0, first_ack[0] + AFTER_S - time.monotonic()))
     sender.stop.set()
     sender.join()
     producer.close(30)
@@ -160,6 +169,7 @@ def one_failover(local, cluster, topic: str, value: bytes, disk_of: dict[int, st
         "elected_s": None if elected is None else elected - killed,
         "errors_seen": sorted({name for _, name in sender.errors}),
         "acks": len(sender.acks),
+        "timeline": timeline([t for t, _, _ in sender.acks], killed),
     }  # fmt: skip
     if first_ack is None:
         run["error"] = f"no acknowledgement within {GIVE_UP_S:g} s of killing {victim}"
@@ -181,6 +191,21 @@ def one_failover(local, cluster, topic: str, value: bytes, disk_of: dict[int, st
     wait_for(preferred_leads, 60, "the preferred leader to lead again", 0.5)
     run["preferred_back_s"] = time.monotonic() - revived
     return run
+
+
+def timeline(ack_times: list[float], killed: float,
+             bucket_s: float = TIMELINE_BUCKET_S) -> dict[str, Any]:  # fmt: skip
+    """Acknowledgements per ``bucket_s`` around the kill: ``start_s`` (seconds from the kill
+    to the first bucket's start, negative before it) and ``acks`` (a count per bucket, from
+    the first acknowledgement to the last), small enough to keep in the report."""
+    if not ack_times:
+        return {"bucket_s": bucket_s, "start_s": 0.0, "acks": []}
+    indexes = [math.floor((t - killed) / bucket_s) for t in ack_times]
+    first = min(indexes)
+    acks = [0] * (max(indexes) - first + 1)
+    for i in indexes:
+        acks[i - first] += 1
+    return {"bucket_s": bucket_s, "start_s": round(first * bucket_s, 6), "acks": acks}
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -271,12 +296,13 @@ def failover_workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
     try:
         for i in range(args.failover_runs):
             runs.append(one_failover(local, cluster, topic, value, disk_of))
-            print(f"failover run {i + 1}: " + json.dumps(runs[-1]), file=sys.stderr)
+            shown = {k: v for k, v in runs[-1].items() if k != "timeline"}  # that is for the chart
+            print(f"failover run {i + 1}: " + json.dumps(shown), file=sys.stderr)
     finally:
         admin.delete_topic(topic)
     report = {
         "disks": len(local.disks), "settings": SETTINGS, "value_size": args.value_size,
-        "runs": runs,
+        "send_interval_s": SEND_INTERVAL_S, "runs": runs,
         "failover": summarise([r["failover_s"] for r in runs if r["failover_s"] is not None]),
         "elected": summarise([r["elected_s"] for r in runs if r["elected_s"] is not None]),
         "target_s": TARGET_S,

@@ -23,6 +23,11 @@ name). Per side:
    the kill until the survivors own all six partitions. It holds the session timeout, so it
    is also given minus ``session_timeout_ms``.
 
+Each measurement also keeps a timeline (``timeline`` in its figures): every member's records
+read per 50 ms and the partitions it owned, and when the fourth member started, when a
+member was killed and when each rebalance settled; the harness draws it as
+group_timeline.png.
+
 Both sides use the same session timeout and heartbeat interval (``SESSION_TIMEOUT_MS``,
 ``HEARTBEAT_INTERVAL_MS``) and the brokers' default initial rebalance delay: the rebalance
 figures are dominated by them (existing members learn of a rebalance on their next
@@ -46,6 +51,9 @@ PARTITIONS = 6
 SESSION_TIMEOUT_MS = 6_000
 HEARTBEAT_INTERVAL_MS = 500
 GIVE_UP_S = 120.0
+# Members count the records they read per 50 ms (group_timeline.png): a read of the default
+# 1.2 M records takes about a second here, so that is some twenty points.
+TIMELINE_BUCKET_S = 0.05
 
 
 TINY = {"groups_records": 60_000}  # several polls per member: a first poll is not timed
@@ -65,15 +73,18 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
 
 class Stamps:
     """What a member reports: records read (all, and inside its timed window), when the
-    window opened and when the last record came, and its assignment history
-    [(wall time, partitions owned)]."""
+    window opened and when the last record came, its assignment history
+    [(wall time, partitions owned)], and the records it read per TIMELINE_BUCKET_S
+    [(bucket, records)], a bucket being ``int(wall time / TIMELINE_BUCKET_S)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=time.time) -> None:
+        self.clock = clock  # wall clock, s: members in other processes stamp comparable times
         self.read = 0
         self.timed = 0
         self.first: float | None = None
         self.last: float | None = None
         self.assignments: list[tuple[float, int]] = []
+        self.buckets: dict[int, int] = {}
         self.error: str | None = None  # why the member stopped reading, if it did
 
     def got(self, n: int, began: float | None) -> None:
@@ -81,7 +92,7 @@ class Stamps:
         the member had no partitions as the poll started (it may have joined inside it)."""
         if not n:
             return
-        now = time.time()
+        now = self.clock()
         if self.first is None:
             self.first = now if began is None else began
             if began is not None:
@@ -90,14 +101,17 @@ class Stamps:
             self.timed += n
         self.last = now
         self.read += n
+        bucket = int(now / TIMELINE_BUCKET_S)
+        self.buckets[bucket] = self.buckets.get(bucket, 0) + n
 
     def owned(self, n: int) -> None:
         if not self.assignments or self.assignments[-1][1] != n:
-            self.assignments.append((time.time(), n))
+            self.assignments.append((self.clock(), n))
 
     def report(self) -> dict[str, Any]:
         return {"read": self.read, "timed": self.timed, "first": self.first, "last": self.last,
-                "assignments": list(self.assignments), "error": self.error}  # fmt: skip
+                "assignments": list(self.assignments), "buckets": sorted(self.buckets.items()),
+                "error": self.error}  # fmt: skip
 
 
 def _rafka_member_class():
@@ -189,6 +203,7 @@ def measure(
         reports: list[dict] = []
         while time.monotonic() < deadline:
             reports = reports_of(members)
+            latest.update(zip(numbers, reports))
             stopped = [r["error"] for r in reports if r.get("error")]
             if stopped:
                 raise RuntimeError(f"a member stopped reading while waiting for {what}: "
@@ -204,7 +219,11 @@ def measure(
     def shares(reports) -> list[int]:
         return sorted(r["assignments"][-1][1] if r["assignments"] else 0 for r in reports)
 
+    began = time.time()
+    latest: dict[int, dict] = {}  # member number (in start order) -> its latest stamps
+    events: list[tuple[float, str]] = []  # (wall time, what happened) for the timeline
     members = [start_member() for _ in range(3)]
+    numbers = [1, 2, 3]
     reports = wait(lambda rs: sum(r["read"] for r in rs) >= records, "the group to read all")
     first = min(r["first"] for r in reports if r["first"])
     last = max(r["last"] for r in reports if r["last"])
@@ -218,22 +237,55 @@ def measure(
         "shares_while_reading": shares(reports),
     }
     if not rebalances:
+        out["timeline"] = timeline(began, latest, events)
         for member in members:
             kill(member)
         return out
     joined_at = time.time()
+    events.append((joined_at, "member 4 starts"))
     members.append(start_member())
+    numbers.append(4)
     reports = wait(lambda rs: shares(rs) == [1, 1, 2, 2], "the fourth member's share")
     out["join_rebalance_s"] = max(r["assignments"][-1][0] for r in reports) - joined_at
+    events.append((joined_at + out["join_rebalance_s"], "4 members settled"))
     victim = members.pop(0)
     killed_at = time.time()
+    victim_number = numbers.pop(0)
+    events.append((killed_at, f"member {victim_number} killed"))
     kill(victim)
     reports = wait(lambda rs: shares(rs) == [2, 2, 2], "the survivors to own all six")
     out["death_rebalance_s"] = max(r["assignments"][-1][0] for r in reports) - killed_at
     out["death_rebalance_minus_session_s"] = out["death_rebalance_s"] - SESSION_TIMEOUT_MS / 1000
+    events.append((killed_at + out["death_rebalance_s"], "3 survivors settled"))
+    out["timeline"] = timeline(began, latest, events, {victim_number: killed_at})
     for member in members:
         kill(member)
     return out
+
+
+def timeline(began: float, reports: dict[int, dict], events: list[tuple[float, str]],
+             killed: dict[int, float] | None = None) -> dict:  # fmt: skip
+    """The group over time for group_timeline.png, in seconds since ``began`` (wall clock):
+    per member (by number, in start order) the records it read per TIMELINE_BUCKET_S
+    (``reads``: [[bucket start, records], ...], empty buckets left out) and the partitions it
+    owned (``owned``: [[since, partitions], ...]), when it was killed (``killed_s``, from
+    ``killed``: member number -> wall time), and ``events`` (``at_s``, ``what``)."""
+
+    def at(wall: float) -> float:
+        return round(wall - began, 3)
+
+    members = []
+    for n in sorted(reports):
+        member = {
+            "member": n,
+            "reads": [[at(b * TIMELINE_BUCKET_S), c] for b, c in reports[n].get("buckets", [])],
+            "owned": [[at(t), c] for t, c in reports[n]["assignments"]],
+        }
+        if killed and n in killed:
+            member["killed_s"] = at(killed[n])
+        members.append(member)
+    return {"bucket_s": TIMELINE_BUCKET_S, "members": members,
+            "events": [{"at_s": at(t), "what": what} for t, what in events]}  # fmt: skip
 
 
 def run_rafka(cluster, records: int, value: bytes, rebalances: bool = True) -> dict[str, Any]:
@@ -322,11 +374,11 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
         "rebalances": rebalances,
     }  # fmt: skip
     report["rafka"] = run_rafka(ctx.embedded(), args.groups_records, value, rebalances)
-    print("rafka: " + json.dumps(report["rafka"]), file=sys.stderr)
+    print("rafka: " + json.dumps(_without_timelines(report["rafka"])), file=sys.stderr)
     broker = ctx.peer()
     if broker is not None:
         report["peer"] = run_peer(broker.bootstrap, args.groups_records, len(value), rebalances)
-        print("peer: " + json.dumps(report["peer"]), file=sys.stderr)
+        print("peer: " + json.dumps(_without_timelines(report["peer"])), file=sys.stderr)
     print(render(report))
     mine, bulk, theirs = report["rafka"]["per_record"], report["rafka"]["bulk"], \
         report.get("peer") or {}  # fmt: skip
@@ -344,6 +396,12 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
                 peer=theirs.get("death_rebalance_s"), higher_is_better=False),
         ]  # fmt: skip
     return {"rows": rows, "report": report}
+
+
+def _without_timelines(figures: dict[str, Any]) -> dict[str, Any]:
+    """``figures`` as printed: the timelines are for the chart."""
+    return {k: _without_timelines(v) if isinstance(v, dict) else v
+            for k, v in figures.items() if k != "timeline"}  # fmt: skip
 
 
 def render(report: dict[str, Any]) -> str:

@@ -1,5 +1,5 @@
 """The benchmark harness: named workloads, rafka beside the peer in the same run, results as
-JSON and a PNG chart.
+JSON and PNG charts.
 
 ``python -m bench [workload ...] [--tiny] [--results-dir DIR] [--no-peer] [sizes ...]`` runs
 the named workloads (all of them when none is named) in the order of ``WORKLOADS``:
@@ -40,7 +40,9 @@ the shared ones: their cluster settings differ from theirs (kafka's opens a Kafk
 
 Every workload writes ``<results-dir>/<workload>.json`` (the machine, the command line, every
 argument, the summary rows and the workload's full report); the run writes
-``summary.json`` (the rows of every workload run) and ``summary.png`` (their ratios as bars).
+``summary.json`` (the rows of every workload run) and PNG charts (bench/chart.py):
+``summary.png`` (their ratios as bars) and, for the workloads that ran, ``latency_cdf.png``,
+``failover_timeline.png`` and ``group_timeline.png``.
 A ratio is rafka's advantage over the other side: rafka / other for rates, other / rafka for
 times and latencies, so above 1 always means rafka did better.
 """
@@ -279,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run rafka's benchmark workloads (all when none is named), rafka beside "
         "the peer (confluent-kafka against Tansu) in the same run.",
         epilog=f"workloads: {names}; aliases: clients = produce + consume, groups = group. "
-        "Results: <results-dir>/<workload>.json, summary.json and summary.png.",
+        "Results: <results-dir>/<workload>.json, summary.json and PNG charts.",
     )
     # No `choices=`: with nargs="*", argparse before 3.12 rejects the empty default.
     parser.add_argument("names", nargs="*", metavar="workload",
@@ -370,9 +372,11 @@ def main(argv: list[str] | None = None) -> int:
     summary["total_s"] = time.monotonic() - began
     (results / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default)
                                           + "\n")  # fmt: skip
-    write_chart(summary, results / "summary.png")
+    charts = write_charts(summary, results)
     print(render(summary))
-    print(f"results: {results}/<workload>.json, summary.json, summary.png")
+    print(f"results: {results}/<workload>.json, summary.json")
+    for path in charts:
+        print(f"chart: {path}")
     failed = [n for n, w in summary["workloads"].items() if w["status"] != "ok"]
     if failed:
         print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
@@ -460,29 +464,25 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def chart_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for name, entry in summary["workloads"].items():
-        if entry["status"] != "ok":
-            out.append({"label": f"{name} (failed)", "ratio": None, "detail": "error"})
-        for r in entry["rows"]:
-            other = r["peer"] if r["peer"] is not None else r["baseline"]
-            detail = f"rafka {fmt(r['rafka'])}"
-            if other is not None:
-                detail += f" vs {r['against']} {fmt(other)}"
-            out.append({"label": f"{name} {r['metric']}", "ratio": r["ratio"],
-                        "detail": f"{detail} {r['unit']}"})  # fmt: skip
-    return out
-
-
 def write_chart(summary: dict[str, Any], path: Path) -> None:
+    """Draw ``summary.png`` (rafka's advantage per figure, as bars) at ``path``."""
     from bench import chart
 
-    m = summary["machine"]
-    note = (f"bar: rafka's advantage, log scale, right of 1x = rafka better. {m['cpus']} cpus, "
-            f"{m['time']}" + (" -- tiny sizes" if summary["tiny"] else ""))  # fmt: skip
-    title = "rafka vs peer (confluent-kafka + tansu) and baselines"
-    chart.write(path, chart.ratio_chart(chart_rows(summary), title, note))
+    chart.summary_chart(summary, path)
+
+
+def write_charts(summary: dict[str, Any], results: Path) -> list[Path]:
+    """Draw summary.png and the charts of the workloads that ran (latency_cdf.png,
+    failover_timeline.png, group_timeline.png) into ``results``; answers their paths (none
+    when matplotlib, a benchmark dependency, is not installed)."""
+    from bench import chart
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        _log("no charts: matplotlib is not installed (pip install -e '.[bench]')")
+        return []
+    return chart.write_charts(summary, results)
 
 
 def run_main(argv: list[str] | None = None) -> None:
