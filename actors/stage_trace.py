@@ -68,7 +68,8 @@ def enable(directory: str) -> None:
 
 def switch(directory: str, on: bool) -> None:
     """Start or stop the marks of every process tracing into ``directory``; they notice
-    within SWITCH_CHECK_NS."""
+    within SWITCH_CHECK_NS, and each run switched on writes to fresh files (the files of an
+    earlier run may be removed while it is off)."""
     path = os.path.join(directory, SWITCH)
     if on:
         open(path, "w").close()
@@ -86,7 +87,10 @@ def mark(stage: str, end_offset: int, at_ns: int | None = None, peer: int = -1) 
     with _lock:
         if now - _switch_checked_ns >= SWITCH_CHECK_NS:
             _switch_checked_ns = now
-            _switch_on = os.path.exists(os.path.join(_directory, SWITCH))
+            was_on, _switch_on = _switch_on, os.path.exists(os.path.join(_directory, SWITCH))
+            if _switch_on and not was_on and _file is not None:
+                _file.close()  # a new traced run may have removed the last run's files
+                _file = None
         if not _switch_on:
             return
         if _file is None:

@@ -37,7 +37,7 @@ TINY = {"breakdown_records": 40}
 
 #: acks=all: (segment, stage it starts at, stage it ends at), in the order a record passes.
 ACKS_ALL_SEGMENTS = (
-    ("client: encode the batch", "client.encode", "client.call"),
+    ("client: encode the batch and submit the call", "client.encode", "client.call"),
     ("produce call reaches the leader", "client.call", "leader.received"),
     ("leader: checks and append", "leader.received", "leader.appended"),
     ("leader: wakes the follower's fetch", "leader.appended", "leader.sent"),

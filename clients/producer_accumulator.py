@@ -160,12 +160,18 @@ class RecordAccumulator:
         for batch in list(self.open.values()):
             self.seal(batch)
 
-    def seal_lingering(self, now: float) -> None:
-        """Seal the open batches whose linger time is over (all of them while flushing or
-        closing). ``now`` is time.monotonic(). Lock held."""
+    def seal_lingering(
+        self, now: float, can_take: Callable[[tuple[str, int]], bool] = lambda key: True
+    ) -> None:
+        """Seal the open batches whose linger time is over and whose partition
+        ``can_take((topic, partition))`` a batch now (all of them while flushing or closing).
+        A batch past its linger whose partition cannot send stays open and keeps taking
+        records until it can, as Kafka's producer closes a batch only when it drains it:
+        sealed, each record would wait in a batch of its own. ``now`` is time.monotonic().
+        Lock held."""
         linger = self.config.linger_ms / 1000
-        for batch in list(self.open.values()):
-            if self.flushing or self.closed or now - batch.created >= linger:
+        for key, batch in list(self.open.items()):
+            if self.flushing or self.closed or (now - batch.created >= linger and can_take(key)):
                 self.seal(batch)
 
     def begin_flush(self) -> list[ProducerBatch]:

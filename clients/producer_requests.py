@@ -53,7 +53,7 @@ class RequestsMixin:
         """Requests to send now: per partition, ready batches in send order, as many per
         request as fit in max_request_size (one actor call carries them all). Lock held."""
         now = self._clock()
-        self._acc.seal_lingering(now)
+        self._acc.seal_lingering(now, self._takes_batch)
         out = []
         limit = self.config.max_in_flight
         budget = self.config.max_request_size

@@ -34,6 +34,7 @@ from rafka.clients.producer_expiry import ExpiryMixin
 from rafka.clients.producer_idempotence import SendMode
 from rafka.clients.producer_requests import RequestsMixin, SentRequest
 from rafka.errors import IllegalState, TransactionAbortable
+from rafka.storage.producer_state import BATCHES_KEPT
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +139,15 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
         waiting for answers) sets no deadline: an answer wakes the sender. Lock held."""
         now = self._clock()
         linger = self.config.linger_ms / 1000
-        lingers = [b.created + linger for b in self._acc.open.values()]
         # The same comparison as ``seal_lingering`` (not ``created + linger <= now``, which
-        # rounds differently): a batch this calls due is one the next pass seals.
-        if any(now - b.created >= linger for b in self._acc.open.values()):
-            return 0.0  # a linger that ran out since the last pass: the next pass seals it
+        # rounds differently): a batch this calls due is one the next pass seals. One whose
+        # partition cannot take it waits for an answer, which wakes the sender.
+        lingers = []
+        for key, batch in self._acc.open.items():
+            if now - batch.created < linger:
+                lingers.append(batch.created + linger)
+            elif self._takes_batch(key):
+                return 0.0  # a linger that ran out since the last pass: the next pass seals it
         deadlines = lingers + self._expiry_deadlines(now)
         for queue in self._queues.values():
             if queue.ready and not self._blocked(queue):
@@ -158,6 +163,16 @@ class Sender(RequestsMixin, AnswersMixin, ExpiryMixin):
         if not future:
             return None
         return min(future) - now + 0.0005
+
+    def _takes_batch(self, key: tuple[str, int]) -> bool:
+        """Whether partition ``key`` could send a batch sealed now: not blocked, and with
+        room in its idempotence window. Lock held."""
+        queue = self._queues.get(key)
+        if queue is None:
+            return True
+        if self._blocked(queue):
+            return False
+        return queue.idempotence is None or len(queue.idempotence.window) < BATCHES_KEPT
 
     def _blocked(self, queue: PartitionQueue) -> bool:
         """Nothing of ``queue`` may go out before an answer arrives. Lock held."""

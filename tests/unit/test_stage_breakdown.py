@@ -97,3 +97,18 @@ def test_acks_1_skips_the_followers_and_the_summary_keeps_path_order():
     assert [s["segment"] for s in summary["segments"]] == [
         s[0] for s in latency_all.ACKS_ONE_SEGMENTS] + ["total"]  # fmt: skip
     assert summary["segments"][-1]["p50_ms"] == pytest.approx(9.0)
+
+
+def test_a_run_switched_on_after_its_files_were_removed_writes_fresh_ones(tracing):
+    import os
+
+    stage_trace.switch(tracing, True)
+    stage_trace.mark("client.call", 1, at_ns=1)
+    stage_trace.switch(tracing, False)
+    stage_trace.mark("client.call", 2, at_ns=2)  # the process notices the switch is off
+    for name in os.listdir(tracing):
+        if name.endswith(".trace"):
+            os.remove(os.path.join(tracing, name))
+    stage_trace.switch(tracing, True)
+    stage_trace.mark("client.call", 3, at_ns=3)
+    assert stage_trace.read(tracing) == {"client.call": [(3, 3, -1)]}
