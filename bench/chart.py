@@ -32,8 +32,8 @@ WORSE = "#d1603d"  # the other side better: red-orange
 GREY = "#6e6e6e"
 THOUSANDS = "{x:,.0f}"  # an axis formatter: 20,000 rather than 20000
 #: chart file -> the workload whose report it draws (summary.png draws summary.json).
-WORKLOAD_CHARTS = {"latency_cdf.png": "latency", "failover_timeline.png": "failover",
-                   "group_timeline.png": "group"}  # fmt: skip
+WORKLOAD_CHARTS = {"latency_cdf.png": "latency", "latency_all_cdf.png": "latency-all",
+                   "failover_timeline.png": "failover", "group_timeline.png": "group"}  # fmt: skip
 
 
 def _figure(width_in: float, height_in: float):
@@ -421,6 +421,7 @@ def _group_from_report(report: Mapping[str, Any], path: Path) -> None:
 # -- every chart of a run --------------------------------------------------------------------
 
 _FROM_REPORT = {"latency_cdf.png": _latency_from_report,
+                "latency_all_cdf.png": _latency_from_report,
                 "failover_timeline.png": _failover_from_report,
                 "group_timeline.png": _group_from_report}  # fmt: skip
 

@@ -111,6 +111,9 @@ WORKLOADS: dict[str, Workload] = {
                  "Spark read + aggregate vs the same rows from Parquet", "embedded", False),
         Workload("produce-all", "bench.failover", "produce_all_workload",
                  "acks=all, RF=3 on three local nodes vs acks=1, RF=1", "local", False),
+        Workload("latency-all", "bench.latency_all", "workload",
+                 "latency of acks=all RF=3 vs acks=1 RF=1; where an ack's time goes",
+                 "local", False),
         Workload("failover", "bench.failover", "failover_workload",
                  "leader's node killed -> next acks=all write acknowledged", "local", False),
         Workload("controller", "bench.controller", "workload",
@@ -125,13 +128,14 @@ ALIASES = {"clients": ("produce", "consume"), "groups": ("group",), "all": tuple
 #: Modules with options (``add_arguments``) and tiny sizes (``TINY``), in the help's order.
 OPTION_MODULES = ("bench.storage", "bench.scale", "bench.kafka_wire", "bench.clients",
                   "bench.latency", "bench.groups", "bench.transactions", "bench.spark", "bench.failover",
-                  "bench.controller", "bench.balancer")  # fmt: skip
+                  "bench.latency_all", "bench.controller", "bench.balancer")  # fmt: skip
 OPTION_TITLES = {
     "bench.storage": "storage", "bench.scale": "scale", "bench.kafka_wire": "kafka",
     "bench.clients": "produce and consume",
     "bench.latency": "latency", "bench.groups": "group", "bench.transactions": "transactions",
     "bench.spark": "spark",
-    "bench.failover": "produce-all and failover", "bench.controller": "controller",
+    "bench.failover": "produce-all and failover", "bench.latency_all": "latency-all",
+    "bench.controller": "controller",
     "bench.balancer": "balancer",
 }  # fmt: skip
 
@@ -179,6 +183,8 @@ class Context:
         self.args = args
         # Data of this run only: another run (a test, say) may be going on beside it.
         self.data_dir = DATA_DIR / f"run-{os.getpid()}"
+        # The LocalCluster's processes trace into it when latency-all switches it on.
+        self.stage_trace_dir = str(self.data_dir / "stage-trace")
         self._embedded = None
         self._local = None  # (LocalCluster, rafka Cluster)
         self._broker = None
@@ -213,8 +219,10 @@ class Context:
         """(LocalCluster, rafka Cluster): a head node and one node per disk (three)."""
         if self._local is None:
             from bench import failover
+            from rafka.actors import stage_trace
 
             self.stop_embedded()
+            stage_trace.enable(self.stage_trace_dir)  # inherited by the nodes it starts
             began = time.monotonic()
             self._local = failover.start_local(self.args.failover_disks,
                                                self.data_dir / "failover")  # fmt: skip
