@@ -87,9 +87,9 @@ def mark(stage: str, end_offset: int, at_ns: int | None = None, peer: int = -1) 
     with _lock:
         if now - _switch_checked_ns >= SWITCH_CHECK_NS:
             _switch_checked_ns = now
-            was_on, _switch_on = _switch_on, os.path.exists(os.path.join(_directory, SWITCH))
-            if _switch_on and not was_on and _file is not None:
-                _file.close()  # a new traced run may have removed the last run's files
+            _switch_on = os.path.exists(os.path.join(_directory, SWITCH))
+            if _file is not None and os.fstat(_file.fileno()).st_nlink == 0:
+                _file.close()  # a new traced run removed the last run's files
                 _file = None
         if not _switch_on:
             return

@@ -170,9 +170,11 @@ def traced_breakdown(cluster, trace_dir: str, topic: str, count: int, value: byt
         time.sleep(0.5)  # the followers' last marks
     finally:
         stage_trace.switch(trace_dir, False)
-    marks = Marks(stage_trace.read(trace_dir))
+    found = stage_trace.read(trace_dir)
+    marks = Marks(found)
     per_record = [s for s in (record_segments(marks, end, acks_all) for end in ends) if s]
-    return {**summarise(per_record, acks_all), "sent": len(ends)}
+    return {**summarise(per_record, acks_all), "sent": len(ends),
+            "marks": {stage: len(m) for stage, m in sorted(found.items())}}  # fmt: skip
 
 
 def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
