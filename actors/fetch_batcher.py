@@ -18,7 +18,7 @@ Run on the host's event loop; nothing is persisted.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Awaitable
 
 from rafka.actors.replica_handle import ReplicaHandle
 
@@ -43,6 +43,17 @@ class FetchBatcher:
             loop.call_soon(loop.call_soon, self._send, leader.host)
         queue.append(((leader.topic_id, leader.partition, *args), future))
         return await future
+
+    def replicate_now(self, leader: ReplicaHandle, *args: Any) -> Awaitable[tuple]:
+        """The answer of ``leader``'s replica to a fetch with ``args``, the call submitted
+        now, alone: for a fetch that must leave before what its caller does next (a
+        follower's prefetch overlaps the append that follows it)."""
+        ref = leader.host.replicate_many.remote([(leader.topic_id, leader.partition, *args)])
+
+        async def answer() -> tuple:
+            return (await ref)[0]
+
+        return answer()
 
     def _send(self, host) -> None:
         batch = self._queued.pop(host, [])

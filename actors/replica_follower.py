@@ -224,13 +224,19 @@ class ReplicaFollower:
             if prefetch is not None:
                 prefetch.drop()
 
-    def _send(self, leader_id: int, args: tuple) -> asyncio.Task:
+    def _send(self, leader_id: int, args: tuple, now: bool = False) -> asyncio.Task:
         """One fetch to ``leader_id``'s replica with ``replicate``'s ``args``, as a task that
-        answers or raises (a timeout past its long poll included)."""
+        answers or raises (a timeout past its long poll included); ``now``: the call is
+        submitted before this returns (else the host's batcher may send it a turn or two
+        later, with other fetches)."""
         r = self.replica
         handle = self._leader_handle(leader_id)
-        fetch = (r.fetches.replicate(handle, *args) if r.fetches is not None
-                 else handle.replicate.remote(*args))  # fmt: skip
+        if r.fetches is None:
+            fetch = handle.replicate.remote(*args)
+        elif now:
+            fetch = r.fetches.replicate_now(handle, *args)
+        else:
+            fetch = r.fetches.replicate(handle, *args)
         wait_s = args[5] / 1000 + 5.0
         call = asyncio.ensure_future(fetch)  # started now, whatever becomes of the wait
         task = asyncio.get_running_loop().create_task(asyncio.wait_for(call, wait_s))
@@ -242,19 +248,18 @@ class ReplicaFollower:
         """The next fetch, sent now, before ``records`` are appended, when
         ``prefetch_offset`` says so; None otherwise (or when it cannot be sent)."""
         r = self.replica
-        view = memoryview(records)
-        last = None
-        for _, last in rb.iter_batches(view, verify=False):
-            pass
-        start = prefetch_offset(last.next_offset, leader_end, self.throttle.bucket.limited)
-        if start is None:
-            return None
         try:
+            last = None
+            for _, last in rb.iter_batches(memoryview(records), verify=False):
+                pass
+            start = prefetch_offset(last.next_offset, leader_end, self.throttle.bucket.limited)
+            if start is None:
+                return None
             task = self._send(leader_id, (
                 r.broker_id, leader_epoch, start, last.partition_leader_epoch, max_bytes,
                 wait_ms, r.replica_epoch, r.log.log_end_offset,
-            ))  # fmt: skip
-        except ValueError:  # no host known for the leader: the loop finds out itself
+            ), now=True)  # fmt: skip
+        except Exception:  # noqa: BLE001 - a torn answer, no host known: the append decides
             return None
         return _Prefetch(task, leader_id, leader_epoch, start)
 

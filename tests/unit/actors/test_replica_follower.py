@@ -342,3 +342,81 @@ def test_a_prefetch_to_a_leader_that_lost_its_epoch_is_dropped_and_the_new_one_i
     assert new.fetches[0][0] == 2 and new.fetches[0][3] == EPOCH + 1  # from its real log end
     assert all(reported <= written for _, reported, written, _ in old.fetches + new.fetches)
     log.close()
+
+
+class BatchingHost:
+    """A leader host behind the real FetchBatcher (every replica of a ReplicaHost fetches
+    through one): answers ``replicate_many`` from ``leader`` and records, per fetch, (fetch
+    offset, reported log end, the follower's real log end when the call was submitted)."""
+
+    def __init__(self, leader: ChunkedLeader, log: Log) -> None:
+        self.leader, self.log, self.seen = leader, log, []
+
+    @property
+    def replicate_many(self):
+        host = self
+
+        class Method:
+            @staticmethod
+            def remote(requests):
+                answers = []
+                for _, _, *args in requests:
+                    fetch_offset, log_end = args[2], args[7]
+                    host.seen.append((fetch_offset, log_end, host.log.log_end_offset))
+                    records = host.leader.chunk_from(fetch_offset)
+                    answers.append((0, "", host.leader.count, 0, host.leader.count, -1, -1,
+                                    records))  # fmt: skip
+
+                async def answer():
+                    await asyncio.sleep(0)
+                    return answers
+                return answer()
+
+        return Method
+
+
+def test_through_the_fetch_batcher_a_prefetch_leaves_before_the_append(tmp_path):
+    """The batcher sends what the loops of one moment ask for a turn or two later; a
+    prefetch must not wait for that, or it leaves after the append it was to overlap and
+    only reports an older log end."""
+    from rafka.actors.fetch_batcher import FetchBatcher
+    from rafka.actors.replica_handle import ReplicaHandle
+
+    log = Log(str(tmp_path / "t-0"), LogConfig())
+    replica = FakeReplica(log)
+    replica.fetches = FetchBatcher()
+    host = BatchingHost(ChunkedLeader(10, per_fetch=2, log=log), log)
+    follower = ReplicaFollower(replica)
+    follower._handles[LEADER] = (0, ReplicaHandle(host, "tid", 0))
+    _follow_until(follower, lambda: log.log_end_offset == 10 and len(host.seen) > 5)
+    assert _values(log) == [b"v%d" % i for i in range(10)]
+    prefetched = [s for s in host.seen if s[1] < s[0]]
+    assert len(prefetched) == 4
+    assert all(real < fetch for fetch, _, real in prefetched), host.seen  # before the append
+    assert all(reported <= real for _, reported, real in host.seen)
+    log.close()
+
+
+class TornLeader(ChunkedLeader):
+    """Answers the first fetch once with its last batch cut short."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.torn = False
+
+    def chunk_from(self, offset: int) -> np.ndarray:
+        records = super().chunk_from(offset)
+        if offset == 0 and not self.torn:
+            self.torn = True
+            return records[:-7]
+        return records
+
+
+def test_a_torn_answer_is_a_failed_write_and_the_loop_goes_on(tmp_path):
+    log = Log(str(tmp_path / "t-0"), LogConfig())
+    replica = FakeReplica(log)
+    follower = ReplicaFollower(replica)
+    follower._handles[LEADER] = (0, TornLeader(8, per_fetch=2, log=log))
+    _follow_until(follower, lambda: log.log_end_offset == 8, steps=300)
+    assert _values(log) == [b"v%d" % i for i in range(8)]
+    log.close()
