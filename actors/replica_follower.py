@@ -11,9 +11,9 @@ again it catches up and the leader proposes it back. A replica that a move is ad
 at its share of ``replication.throttled.rate`` (``follower_throttle``): it waits out its
 byte budget before each fetch until it catches up; other followers never wait.
 
-While the leader holds more than an answer brought, the follower sends its next fetch (from
-the end of that answer) before appending it, so the leader reads and sends while the
-follower writes (``prefetch_offset``). That fetch reports the log end from before the
+While the leader holds more than an answer brought and the answer was cut by size, the
+follower sends its next fetch (from the end of that answer) before appending it, so the
+leader reads and sends while the follower writes (``prefetch_offset``). That fetch reports the log end from before the
 append: the leader never counts unwritten records. A prefetched answer is used only if the
 append reached exactly where it starts, under the same leader and epoch; otherwise (a failed
 append, a new state) it is dropped and the loop fetches again from its log end.
@@ -252,7 +252,8 @@ class ReplicaFollower:
             last = None
             for _, last in rb.iter_batches(memoryview(records), verify=False):
                 pass
-            start = prefetch_offset(last.next_offset, leader_end, self.throttle.bucket.limited)
+            start = prefetch_offset(last.next_offset, leader_end, self.throttle.bucket.limited,
+                                    len(records), max_bytes)  # fmt: skip
             if start is None:
                 return None
             task = self._send(leader_id, (

@@ -188,8 +188,15 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
     rates, seconds, size = latency.parse_rates(args.latency_rates), args.latency_seconds, \
         args.value_size  # fmt: skip
     linger, wait = args.latency_linger_ms, args.latency_fetch_wait_ms
-    rf3 = _topic(cluster, "lat-rf3", 3, {"min.insync.replicas": 2})
-    rf1 = _topic(cluster, "lat-rf1", 1)
+    made: list[str] = []
+
+    def fresh(replicas: int) -> str:
+        """A new one-partition topic: the consumer of a measurement reads its topic from
+        the start, so records of an earlier measurement must not be there."""
+        config = {"min.insync.replicas": 2} if replicas == 3 else None
+        made.append(_topic(cluster, f"lat-rf{replicas}", replicas, config))
+        return made[-1]
+
     report: dict[str, Any] = {
         "disks": len(local.disks), "rates": rates, "seconds": seconds, "value_size": size,
         "linger_ms": linger, "fetch_max_wait_ms": wait, "runs": [], "series": [],
@@ -201,11 +208,11 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
             count = max(1, round(rate * seconds))
             run: dict[str, Any] = {"rate": rate, "records": count}
             run["acks_all_rf3"] = rf3_side = latency.run_rafka(
-                cluster, rate, count, size, linger, wait, topic=rf3, acks="all",
+                cluster, rate, count, size, linger, wait, topic=fresh(3), acks="all",
                 enable_idempotence=True,
             )  # fmt: skip
             run["acks_1_rf1"] = rf1_side = latency.run_rafka(cluster, rate, count, size, linger,
-                                                             wait, topic=rf1)  # fmt: skip
+                                                             wait, topic=fresh(1))  # fmt: skip
             for name, side in (("acks=all RF=3", rf3_side), ("acks=1 RF=1", rf1_side)):
                 print(f"{name} at {rate:,.0f}/s: " + latency._line(side), file=sys.stderr)
                 if side.get("lost"):
@@ -224,15 +231,15 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
             ]  # fmt: skip
         value = os.urandom(size)
         report["breakdown"] = {
-            "acks_all_rf3": traced_breakdown(cluster, trace_dir, rf3, args.breakdown_records,
-                                             value, True, acks="all",
+            "acks_all_rf3": traced_breakdown(cluster, trace_dir, fresh(3),
+                                             args.breakdown_records, value, True, acks="all",
                                              enable_idempotence=True),
-            "acks_1_rf1": traced_breakdown(cluster, trace_dir, rf1, args.breakdown_records,
+            "acks_1_rf1": traced_breakdown(cluster, trace_dir, fresh(1), args.breakdown_records,
                                            value, False, acks=1),
         }  # fmt: skip
     finally:
         admin = cluster.admin()
-        for topic in (rf3, rf1):
+        for topic in made:
             admin.delete_topic(topic)
     print(render_breakdown(report["breakdown"]))
     for side in ("acks_all_rf3", "acks_1_rf1"):

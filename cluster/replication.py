@@ -229,18 +229,22 @@ class LeaderState:
         return len(self.isr) >= min_insync_replicas
 
 
-def prefetch_offset(records_end: int, leader_log_end: int, throttled: bool) -> int | None:
+def prefetch_offset(
+    records_end: int, leader_log_end: int, throttled: bool, answer_bytes: int, max_bytes: int
+) -> int | None:
     """Where a follower's next fetch starts when it goes out before the answer that just
-    came (records up to ``records_end``) is appended: ``records_end`` while the leader holds
-    more (``leader_log_end`` as it answered), so the leader reads and sends the next chunk
-    while the follower writes this one. None when the answer reached the leader's end (the
-    follower appends first, and its next fetch reports the new log end at once, so the high
-    watermark moves without waiting for another fetch) or a throttle paces the follower.
+    came (``answer_bytes`` of records up to ``records_end``) is appended: ``records_end``
+    while the leader holds more (``leader_log_end`` as it answered) and the answer was cut
+    by size (at least half of the fetch's ``max_bytes``), so the leader reads and sends the
+    next chunk while the follower writes this one. None otherwise: a follower that is not
+    behind by a chunk appends first, and its next fetch reports the new log end at once, so
+    the high watermark moves without waiting for another fetch (a prefetching follower's
+    progress reaches the leader a fetch later); and None while a throttle paces it.
 
     A prefetching fetch reports the follower's log end before that append: the leader credits
     it one fetch later (``FETCH_HISTORY``), and never counts records the follower has not
     written."""
-    if throttled or records_end >= leader_log_end:
+    if throttled or records_end >= leader_log_end or 2 * answer_bytes < max_bytes:
         return None
     return records_end
 

@@ -189,6 +189,11 @@ def test_a_fetch_loop_replaced_while_its_fetch_is_answered_stops_without_writing
 # -- fetches sent before the append (prefetch) -----------------------------------------------
 
 
+#: Fetches of at most 100 bytes: two of these batches fill an answer, so the follower is
+#: behind by a chunk whenever the leader holds more.
+SMALL_FETCHES = {"replica.fetch.max.bytes": 100}
+
+
 class ChunkedLeader(FakeLeader):
     """A leader that answers at most ``per_fetch`` batches a fetch (so a follower is behind
     after each answer) and records every fetch: (fetch offset, reported log end, the
@@ -263,6 +268,7 @@ def test_a_follower_behind_the_leader_fetches_before_appending_and_reports_only_
     is behind where it reads); no fetch reports more than the follower had written."""
     log = Log(str(tmp_path / "t-0"), LogConfig())
     replica = FakeReplica(log)
+    replica.settings = SMALL_FETCHES
     leader = ChunkedLeader(10, per_fetch=2, log=log)
     follower = ReplicaFollower(replica)
     follower._handles[LEADER] = (0, leader)
@@ -285,6 +291,7 @@ def test_an_append_failing_under_a_prefetch_drops_it_and_fetches_again_from_the_
     again from its real log end, and the log ends whole, without a gap or a duplicate."""
     log = Log(str(tmp_path / "t-0"), LogConfig())
     replica = FakeReplica(log)
+    replica.settings = SMALL_FETCHES
     leader = ChunkedLeader(8, per_fetch=2, log=log)
     real_append = log.append_as_follower
     appends = []
@@ -314,6 +321,7 @@ def test_a_prefetch_to_a_leader_that_lost_its_epoch_is_dropped_and_the_new_one_i
     answer is not written; the loop asks the new leader from the log end it really has."""
     log = Log(str(tmp_path / "t-0"), LogConfig())
     replica = FakeReplica(log)
+    replica.settings = SMALL_FETCHES
     old = ChunkedLeader(6, per_fetch=2, log=log)
     old.hold = {2}  # the prefetch from offset 2 waits
     new = ChunkedLeader(6, per_fetch=2, log=log, epoch=EPOCH + 1)
@@ -384,6 +392,7 @@ def test_through_the_fetch_batcher_a_prefetch_leaves_before_the_append(tmp_path)
 
     log = Log(str(tmp_path / "t-0"), LogConfig())
     replica = FakeReplica(log)
+    replica.settings = SMALL_FETCHES
     replica.fetches = FetchBatcher()
     host = BatchingHost(ChunkedLeader(10, per_fetch=2, log=log), log)
     follower = ReplicaFollower(replica)
@@ -415,8 +424,24 @@ class TornLeader(ChunkedLeader):
 def test_a_torn_answer_is_a_failed_write_and_the_loop_goes_on(tmp_path):
     log = Log(str(tmp_path / "t-0"), LogConfig())
     replica = FakeReplica(log)
+    replica.settings = SMALL_FETCHES
     follower = ReplicaFollower(replica)
     follower._handles[LEADER] = (0, TornLeader(8, per_fetch=2, log=log))
     _follow_until(follower, lambda: log.log_end_offset == 8, steps=300)
     assert _values(log) == [b"v%d" % i for i in range(8)]
+    log.close()
+
+
+def test_a_follower_behind_by_less_than_a_chunk_appends_first_and_reports_at_once(tmp_path):
+    """Answers far below the fetch size (a trickle of records): every fetch goes out after
+    the append before it and reports everything the follower wrote, so the high watermark
+    never waits a fetch longer for it."""
+    log = Log(str(tmp_path / "t-0"), LogConfig())
+    replica = FakeReplica(log)  # the default 1 MiB fetches
+    leader = ChunkedLeader(10, per_fetch=2, log=log)
+    follower = ReplicaFollower(replica)
+    follower._handles[LEADER] = (0, leader)
+    _follow_until(follower, lambda: log.log_end_offset == 10 and len(leader.fetches) > 5)
+    assert _values(log) == [b"v%d" % i for i in range(10)]
+    assert all(reported == fetch_offset for fetch_offset, reported, _, _ in leader.fetches)
     log.close()

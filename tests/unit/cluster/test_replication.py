@@ -723,10 +723,15 @@ def test_followers_truncate_exactly_to_where_their_log_leaves_the_leaders(histor
 # -- prefetching followers ----------------------------------------------------------------------
 
 
-def test_a_follower_prefetches_only_while_the_leader_holds_more_and_no_throttle_paces_it():
-    assert prefetch_offset(records_end=100, leader_log_end=250, throttled=False) == 100
-    assert prefetch_offset(records_end=250, leader_log_end=250, throttled=False) is None
-    assert prefetch_offset(records_end=100, leader_log_end=250, throttled=True) is None
+def test_a_follower_prefetches_only_behind_by_a_chunk_and_not_throttled():
+    """Behind by more than a size-cut answer: prefetch. A small answer (a follower keeping
+    up with a trickle of records) appends first, so its progress reaches the leader at once."""
+    full = {"answer_bytes": 1 << 20, "max_bytes": 1 << 20}
+    assert prefetch_offset(records_end=100, leader_log_end=250, throttled=False, **full) == 100
+    assert prefetch_offset(records_end=250, leader_log_end=250, throttled=False, **full) is None
+    assert prefetch_offset(records_end=100, leader_log_end=250, throttled=True, **full) is None
+    assert prefetch_offset(100, 250, False, answer_bytes=4096, max_bytes=1 << 20) is None
+    assert prefetch_offset(100, 250, False, answer_bytes=1 << 19, max_bytes=1 << 20) == 100
 
 
 def test_a_prefetching_followers_unwritten_records_never_count_for_the_high_watermark():
