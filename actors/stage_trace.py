@@ -33,9 +33,12 @@ meant for the breakdown benchmark at a few hundred marks a second, not for produ
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+
+log = logging.getLogger(__name__)
 
 ENV = "RAFKA_STAGE_TRACE_DIR"
 
@@ -93,9 +96,21 @@ def mark(stage: str, end_offset: int, at_ns: int | None = None, peer: int = -1) 
                 _file = None
         if not _switch_on:
             return
-        if _file is None:
-            _file = open(os.path.join(_directory, f"{os.getpid()}.trace"), "a", buffering=1)
-        _file.write(f"{stage} {end_offset} {now if at_ns is None else at_ns} {peer}\n")
+        try:
+            if _file is None:
+                _file = open(os.path.join(_directory, f"{os.getpid()}.trace"), "a", buffering=1)
+            _file.write(f"{stage} {end_offset} {now if at_ns is None else at_ns} {peer}\n")
+        except OSError as e:  # a trace must never fail the produce or fetch it marks
+            _disable(e)
+
+
+def _disable(error: OSError) -> None:
+    """Stop tracing in this process after a write failed (lock held)."""
+    global ENABLED, _file
+    ENABLED = False
+    _file = None
+    log.warning("stage trace off in this process: cannot write to %s (%s); check %s",
+                _directory, error, ENV)
 
 
 def read(directory: str) -> dict[str, list[tuple[int, int, int]]]:

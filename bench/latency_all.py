@@ -242,17 +242,15 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
         for topic in made:
             admin.delete_topic(topic)
     print(render_breakdown(report["breakdown"]))
-    for side in ("acks_all_rf3", "acks_1_rf1"):
-        total = next((s for s in report["breakdown"][side]["segments"]
-                      if s["segment"] == "total"), None)  # fmt: skip
+    totals = {}
+    for side, found in report["breakdown"].items():
+        total = next((s for s in found["segments"] if s["segment"] == "total"), None)
         if total is None:
             raise RuntimeError(f"no traced record of {side} had every stage marked: "
-                               f"{json.dumps(report['breakdown'][side])}")  # fmt: skip
+                               f"{json.dumps(found)}")  # fmt: skip
+        totals[side] = total["p50_ms"]
     rows.append(row("lone record acks=all RF=3, produce to ack, p50", "ms",
-                    next(s["p50_ms"] for s in report["breakdown"]["acks_all_rf3"]["segments"]
-                         if s["segment"] == "total"),
-                    baseline=next(s["p50_ms"] for s in report["breakdown"]["acks_1_rf1"][
-                        "segments"] if s["segment"] == "total"),
+                    totals["acks_all_rf3"], baseline=totals["acks_1_rf1"],
                     baseline_label="acks=1 RF=1", higher_is_better=False))  # fmt: skip
     return {"rows": rows, "report": report}
 

@@ -111,3 +111,14 @@ def test_a_run_switched_on_after_its_files_were_removed_writes_fresh_ones(tracin
     stage_trace.switch(tracing, True)
     stage_trace.mark("client.call", 3, at_ns=3)
     assert stage_trace.read(tracing) == {"client.call": [(3, 3, -1)]}
+
+
+def test_a_trace_that_cannot_be_written_turns_itself_off_and_never_raises(tracing, monkeypatch):
+    stage_trace.switch(tracing, True)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("builtins.open", refuse)
+    stage_trace.mark("client.call", 1)  # no exception reaches the caller
+    assert stage_trace.ENABLED is False
