@@ -10,9 +10,8 @@ while building or sending a request fails that request alone (``request_failure`
 
 from __future__ import annotations
 
-from typing import Callable
-
 import time
+from typing import Callable
 
 from rafka.actors import stage_trace
 from rafka.clients.producer_batches import PartitionQueue, ProducerBatch
