@@ -95,14 +95,18 @@ class KafkaBackend:
             cached = self._leaders[topic]
         return cached
 
-    async def _leader_replica(self, topic: str, partition: int):
+    async def _partition(self, topic: str, partition: int) -> tuple[str, tuple[int, int, int]]:
+        """(topic id, (leader, leader epoch, host slot)) of ``topic``-``partition``, cached."""
         topic_id, partitions = await self._topic(topic)
         if not 0 <= partition < len(partitions):
             raise UnknownTopicOrPartition(
                 f"topic {topic} has {len(partitions)} partitions; partition {partition} "
                 "does not exist"
             )
-        leader, _, host = partitions[partition]
+        return topic_id, partitions[partition]
+
+    async def _leader_replica(self, topic: str, partition: int):
+        topic_id, (leader, _, host) = await self._partition(topic, partition)
         if leader < 0:
             self._leaders.pop(topic, None)
             raise LeaderNotAvailable(f"{topic}-{partition} has no leader right now; retry")
@@ -111,6 +115,15 @@ class KafkaBackend:
         except RafkaError:
             self._leaders.pop(topic, None)
             raise
+
+    async def leader_epoch(self, topic: str, partition: int, newer_than: int | None = None) -> int:
+        """``topic``-``partition``'s leader epoch as this listener knows it, re-read from the
+        controller first when a client names a newer one (the cache may lag an election)."""
+        epoch = (await self._partition(topic, partition))[1][1]
+        if newer_than is not None and newer_than > epoch:
+            self.forget(topic)
+            epoch = (await self._partition(topic, partition))[1][1]
+        return epoch
 
     def forget(self, topic: str) -> None:
         """Drop ``topic``'s cached leaders (an answer said they moved)."""

@@ -6,6 +6,11 @@ Kafka's rules kept here:
 - a client may send many requests before reading answers (librdkafka keeps up to five
   produce requests in flight); they run concurrently but are answered in the order they
   came, and a produce with acks=0 gets no answer at all;
+- a request's bytes count against ``socket.request.max.bytes`` until its answer is written,
+  and a connection's fetches run one at a time, each only once the one before it has been
+  written: a Kafka broker mutes a channel while it serves a request, so a client that
+  pipelines fetches and reads nothing holds at most one fetch answer in the listener, not
+  one per request;
 - on a SASL listener nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served
   before authentication succeeds; a failed authentication is answered, then the connection
   closes;
@@ -30,13 +35,15 @@ from rafka.wire.session import Session
 SIZE = struct.Struct(">i")
 #: The smallest request: api key, version, correlation id, client id length.
 SMALLEST_REQUEST = 10
+FETCH = 1
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 #: What an unauthenticated connection may ask on a SASL listener.
 BEFORE_AUTHENTICATION = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 #: Requests one connection may have in flight before the reader waits for answers; their
-#: bytes together stay within one largest request (Kafka's queued.max.request.bytes spirit).
+#: bytes together stay within one largest request until their answers are written (Kafka's
+#: queued.max.request.bytes spirit).
 MAX_IN_FLIGHT = 64
 #: The largest frame before SASL authentication (Kafka's sasl.server.max.receive.size).
 MAX_BEFORE_AUTHENTICATION = 512 << 10
@@ -81,6 +88,9 @@ class Connection:
         self._answers: asyncio.Queue = asyncio.Queue()
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._closing: str | None = None
+        # Done once the connection's latest fetch answer is written (or dropped): the next
+        # fetch waits for it, so fetch answers are held one at a time.
+        self._fetch_written: asyncio.Future | None = None
 
     async def serve(self) -> None:
         """Read requests until the client goes; answers are written by a second task."""
@@ -92,9 +102,8 @@ class Connection:
                 if frame is None:
                     break
                 self.requests += 1
-                answer = self._start(frame)
-                answer.add_done_callback(lambda _, size=len(frame): self._free(size))
-                self._answers.put_nowait(answer)
+                answer, written = self._start(frame)
+                self._answers.put_nowait((answer, written, len(frame)))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went
         except CloseConnection as e:
@@ -138,29 +147,35 @@ class Connection:
             self._bytes_in_flight += size
         return memoryview(await self.reader.readexactly(size))
 
-    def _start(self, frame: memoryview) -> asyncio.Future:
-        """Decode ``frame`` and start its handler; the future is the answer's bytes (None:
-        no answer) or raises CloseConnection."""
+    def _start(self, frame: memoryview) -> tuple[asyncio.Future, asyncio.Future | None]:
+        """Decode ``frame`` and start its handler: (the answer's bytes (None: no answer) or
+        CloseConnection, a future for the writer to complete once it has written the answer
+        when a later request waits for that)."""
         loop = asyncio.get_running_loop()
         try:
             header, body = frames.read_request(frame)
         except UnsupportedVersion as e:
-            return _done(loop, self._unsupported(e))
+            return _done(loop, self._unsupported(e)), None
         except InvalidRequest as e:
-            return _failed(loop, CloseConnection(f"malformed request: {e}"))
+            return _failed(loop, CloseConnection(f"malformed request: {e}")), None
         if self.session.needs_authentication and header.api_key not in BEFORE_AUTHENTICATION:
             return _failed(loop, CloseConnection(
                 f"api key {header.api_key} before SASL authentication"
-            ))
+            )), None  # fmt: skip
         handler = self.dispatch(header.api_key)
         if handler is None:
             unsupported = UnsupportedVersion(f"api key {header.api_key} has no handler")
             unsupported.header = header
-            return _done(loop, self._unsupported(unsupported))
-        return loop.create_task(self._run(handler, header, body))
+            return _done(loop, self._unsupported(unsupported)), None
+        if header.api_key != FETCH:
+            return loop.create_task(self._run(handler, header, body)), None
+        previous, written = self._fetch_written, loop.create_future()
+        self._fetch_written = written
+        return loop.create_task(self._run(handler, header, body, after=previous)), written
 
     def _free(self, size: int) -> None:
-        """A request's answer is ready: its bytes no longer count as in flight."""
+        """A request's answer is written (or there is none): its bytes no longer count as
+        in flight."""
         self._bytes_in_flight -= size
 
         async def wake() -> None:
@@ -182,7 +197,10 @@ class Connection:
             f"api key {header.api_key} version {header.api_version} is not supported"
         )
 
-    async def _run(self, handler: Handler, header: frames.RequestHeader, body: dict):
+    async def _run(self, handler: Handler, header: frames.RequestHeader, body: dict,
+                   after: asyncio.Future | None = None):  # fmt: skip
+        if after is not None:
+            await after
         try:
             answer = await handler(self.session, header, body)
         except CloseConnection as e:
@@ -201,9 +219,10 @@ class Connection:
 
     async def _write_answers(self) -> None:
         while True:
-            pending = await self._answers.get()
-            if pending is None:
+            entry = await self._answers.get()
+            if entry is None:
                 return
+            pending, written, size = entry
             try:
                 data = await pending
             except CloseConnection as e:
@@ -216,6 +235,9 @@ class Connection:
             if data is not None:
                 self.writer.write(data)
                 await self.writer.drain()
+            if written is not None:
+                written.set_result(None)
+            self._free(size)
             self._in_flight.release()
             if self._closing is not None:
                 self.writer.close()
@@ -225,9 +247,9 @@ class Connection:
     def _drain_rest(self) -> None:
         """Cancel answers not yet written (the connection is closing)."""
         while not self._answers.empty():
-            pending = self._answers.get_nowait()
-            if pending is not None:
-                pending.cancel()
+            entry = self._answers.get_nowait()
+            if entry is not None:
+                entry[0].cancel()
 
     def describe(self) -> dict[str, Any]:
         return {"number": self.number, "client": self.session.client_host,

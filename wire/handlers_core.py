@@ -14,10 +14,12 @@ from rafka.cluster.acls import AclOperation as Op
 from rafka.cluster.acls import ResourceType as Res
 from rafka.cluster.topics import is_internal
 from rafka.errors import (
+    FencedLeaderEpoch,
     InvalidRecord,
     InvalidRequest,
     RafkaError,
     TopicAuthorizationFailed,
+    UnknownLeaderEpoch,
 )
 from rafka.storage import record_batch as rb
 from rafka.storage.kafka_batches import accept_kafka_records, to_kafka_wire
@@ -240,43 +242,74 @@ async def fetch(session: Session, header: RequestHeader, body: dict) -> dict:
         return {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND,
                 "session_id": 0, "responses": []}  # fmt: skip
     committed = body.get("isolation_level", 0) == 1
-    wanted = []
+    max_bytes = max(0, body.get("max_bytes", 0x7FFFFFFF))
+    # One entry per partition, where it was first named (Kafka's request keeps a map).
+    wanted: dict[tuple[str, int], tuple] = {}
     for topic in body["topics"]:
         readable = session.authorize(Op.READ, Res.TOPIC, topic["topic"])
         for part in topic["partitions"]:
-            wanted.append((topic["topic"], part["partition"], part["fetch_offset"],
-                           part["partition_max_bytes"], readable))  # fmt: skip
-    # First a look without waiting at every partition; if that finds nothing, one long poll
-    # per partition, answered as soon as any of them has records.
+            wanted.setdefault((topic["topic"], part["partition"]), (
+                topic["topic"], part["partition"], part["fetch_offset"],
+                min(part["partition_max_bytes"], max_bytes), readable,
+                part.get("current_leader_epoch", -1),
+            ))  # fmt: skip
+    partitions = list(wanted.values())
+    # First a look without waiting at every partition; if that finds less than min_bytes,
+    # one long poll per partition, answered as soon as any of them has records.
     answers = await asyncio.gather(*(_fetch_partition(session, w, 0, 0, committed)
-                                     for w in wanted))  # fmt: skip
-    has_data = any(a["records"] for a in answers) or any(a["error_code"] for a in answers)
-    if not has_data and body["max_wait_ms"] > 0 and wanted and body["min_bytes"] > 0:
-        answers = await _long_poll(session, wanted, answers, body["max_wait_ms"], committed)
-    _keep_to(answers, body.get("max_bytes", 0x7FFFFFFF))
+                                     for w in partitions))  # fmt: skip
+    found = sum(len(a["records"]) for a in answers)
+    has_errors = any(a["error_code"] for a in answers)
+    min_bytes = body["min_bytes"]
+    if not has_errors and found < max(min_bytes, 1) and body["max_wait_ms"] > 0 and partitions \
+            and min_bytes > 0:  # fmt: skip
+        answers = await _long_poll(session, partitions, answers, body["max_wait_ms"],
+                                   min_bytes - found, committed)  # fmt: skip
+    _keep_to(answers, [w[3] for w in partitions], max_bytes)
     by_topic: dict[str, list] = {}
-    for (name, *_), answer in zip(wanted, answers):
+    for (name, *_), answer in zip(partitions, answers):
         by_topic.setdefault(name, []).append(answer)
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
             "responses": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()]}
 
 
-def _keep_to(answers: list[dict], max_bytes: int) -> None:
-    """Drop records past the request's ``max_bytes``, keeping the first partition with
-    records whole however large (KIP-74); the others are fetched again next time."""
-    used = 0
-    for answer in answers:
-        size = len(answer["records"])
-        if size and used and used + size > max_bytes:
-            answer["records"] = b""
+def _keep_to(answers: list[dict], partition_limits: list[int], max_bytes: int) -> None:
+    """Keep each answer to the whole batches that fit what the request has left, as Kafka
+    reads partition after partition with min(partition_max_bytes, bytes left) (KIP-74): the
+    first batch of the first partition with records goes out however large; every other
+    partition keeps the batches within its limit and the rest are fetched again next time.
+    The reads ran concurrently with each partition's own limit, so this only trims."""
+    left = max_bytes
+    first = True
+    for answer, limit in zip(answers, partition_limits):
+        records = answer["records"]
+        if not records:
             continue
-        used += size
+        kept = _whole_batches_within(records, min(limit, left), at_least_one=first)
+        if kept < len(records):
+            answer["records"] = records[:kept]
+        if kept:
+            first = False
+        left = max(0, left - kept)
+
+
+def _whole_batches_within(records: bytes, limit: int, at_least_one: bool) -> int:
+    """The length of the longest prefix of Kafka-format ``records`` made of whole batches and
+    at most ``limit`` bytes long (the first whole batch regardless when ``at_least_one``)."""
+    pos, end = 0, len(records)
+    while pos + rb.LENGTH_PREFIX_SIZE <= end:
+        size = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True) + \
+            rb.LENGTH_PREFIX_SIZE  # fmt: skip
+        if pos + size > end or (pos + size > limit and not (at_least_one and pos == 0)):
+            break
+        pos += size
+    return pos
 
 
 async def _long_poll(session: Session, wanted: list, answers: list, max_wait_ms: int,
-                     committed: bool) -> list:  # fmt: skip
-    tasks = [asyncio.ensure_future(_fetch_partition(session, w, 1, max_wait_ms, committed))
-             for w in wanted]  # fmt: skip
+                     min_bytes: int, committed: bool) -> list:  # fmt: skip
+    tasks = [asyncio.ensure_future(
+        _fetch_partition(session, w, min_bytes, max_wait_ms, committed)) for w in wanted]
     pending = set(tasks)
     while pending:
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -290,7 +323,7 @@ async def _long_poll(session: Session, wanted: list, answers: list, max_wait_ms:
 
 async def _fetch_partition(session: Session, wanted: tuple, min_bytes: int, max_wait_ms: int,
                            committed: bool) -> dict:  # fmt: skip
-    topic, index, offset, max_bytes, readable = wanted
+    topic, index, offset, max_bytes, readable, current_leader_epoch = wanted
     answer: dict[str, Any] = {"partition_index": index, "error_code": 0, "high_watermark": -1,
                               "last_stable_offset": -1, "log_start_offset": -1,
                               "aborted_transactions": None, "preferred_read_replica": -1,
@@ -299,6 +332,11 @@ async def _fetch_partition(session: Session, wanted: tuple, min_bytes: int, max_
         answer["error_code"] = TopicAuthorizationFailed.errno
         return answer
     try:
+        if current_leader_epoch >= 0:
+            _check_leader_epoch(
+                topic, index, current_leader_epoch,
+                await session.backend.leader_epoch(topic, index, current_leader_epoch),
+            )  # fmt: skip
         got = await session.backend.fetch(topic, index, offset, max_bytes, min_bytes,
                                           max_wait_ms, committed)  # fmt: skip
     except Exception as e:  # noqa: BLE001 - the partition's answer carries the error
@@ -314,6 +352,22 @@ async def _fetch_partition(session: Session, wanted: tuple, min_bytes: int, max_
     if not errno and len(records):
         answer["records"] = to_kafka_wire(records)
     return answer
+
+
+def _check_leader_epoch(topic: str, index: int, client_epoch: int, leader_epoch: int) -> None:
+    """KIP-320: a client whose metadata names an older leader epoch is fenced (it must
+    refresh and may have to truncate); one naming a newer epoch than the listener knows is
+    told it is unknown (retriable: the listener's view catches up)."""
+    if client_epoch < leader_epoch:
+        raise FencedLeaderEpoch(
+            f"{topic}-{index}: the request names leader epoch {client_epoch}, the leader is at "
+            f"{leader_epoch}; refresh metadata"
+        )
+    if client_epoch > leader_epoch:
+        raise UnknownLeaderEpoch(
+            f"{topic}-{index}: the request names leader epoch {client_epoch}, newer than the "
+            f"leader's {leader_epoch}; retry"
+        )
 
 
 # -- ListOffsets -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 
 from rafka.wire import frames, handlers
@@ -12,7 +13,7 @@ from rafka.wire.listeners import Endpoint
 from rafka.wire.session import Session
 
 LOG = logging.getLogger("test")
-METADATA, API_VERSIONS, PRODUCE = 3, 18, 0
+METADATA, API_VERSIONS, PRODUCE, FETCH = 3, 18, 0, 1
 
 
 class _AllowAll:
@@ -27,7 +28,7 @@ def _request(api_key: int, version: int, correlation_id: int, body: dict) -> byt
 
 async def _read_answer(reader: asyncio.StreamReader) -> bytes | None:
     try:
-        head = await asyncio.wait_for(reader.readexactly(4), 5)
+        head = await asyncio.wait_for(reader.readexactly(4), 10)
     except (asyncio.IncompleteReadError, ConnectionResetError):
         return None  # closed
     (size,) = struct.unpack(">i", head)
@@ -192,3 +193,41 @@ def test_an_idle_connection_is_closed():
         return closed
 
     assert asyncio.run(run()) == b""
+
+
+def test_a_client_that_reads_nothing_holds_at_most_one_fetch_answer_in_the_listener():
+    """A connection's fetches run one at a time until each answer is written (Kafka mutes
+    the channel), so a client that pipelines fetches and never reads cannot make the
+    listener buffer one large answer per request; every answer still comes, in order."""
+    started: list[int] = []
+    big = b"\0" * (16 << 20)
+
+    async def fetch(session, header, body):
+        started.append(header.correlation_id)
+        return {"throttle_time_ms": 0, "responses": [{"topic": "t", "partitions": [
+            {"partition_index": 0, "error_code": 0, "high_watermark": 1,
+             "last_stable_offset": 1, "aborted_transactions": None, "records": big}]}]}
+
+    async def run():
+        server, port = await _serve(lambda key: fetch, max_bytes=64 << 20)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        for cid in range(1, 7):
+            writer.write(_request(FETCH, 4, cid, {
+                "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 30, "isolation_level": 0,
+                "topics": [{"topic": "t", "partitions": [
+                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 30}]}]}))
+        await writer.drain()
+        await asyncio.sleep(0.5)
+        while_unread = list(started)
+        answers = [frames.decode_response(FETCH, 4, await _read_answer(reader))[0]
+                   for _ in range(6)]  # fmt: skip
+        writer.close()
+        server.close()
+        return while_unread, answers
+
+    while_unread, answers = asyncio.run(run())
+    assert while_unread == [1]
+    assert answers == [1, 2, 3, 4, 5, 6]

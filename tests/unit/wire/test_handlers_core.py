@@ -34,6 +34,8 @@ class FakeBackend:
         self.produced: list = []
         self.log = b""
         self.fetch_errno = 0
+        self.fetches: list = []  # (topic, partition, max_bytes, min_bytes, max_wait_ms)
+        self.epoch_reads: list = []
 
     async def kafka_metadata(self, names, auto_create, protocol):
         topics = {"orders": {"topic_id": "x", "internal": False, "partitions": [
@@ -56,9 +58,14 @@ class FakeBackend:
 
     async def fetch(self, topic, partition, offset, max_bytes, min_bytes, max_wait_ms,
                     committed):  # fmt: skip
+        self.fetches.append((topic, partition, max_bytes, min_bytes, max_wait_ms))
         records = np.frombuffer(self.log, dtype=np.uint8) if offset == 0 else np.empty(0, np.uint8)
         base = (self.fetch_errno, "", 10, 0, 10, records)
         return base + (8, [(7, 3)]) if committed else base
+
+    async def leader_epoch(self, topic, partition, newer_than=None):
+        self.epoch_reads.append(newer_than)
+        return 4
 
     async def list_offset(self, topic, partition, timestamp, committed):
         return (0, "", 42 if timestamp == -1 else 0, -1)
@@ -283,3 +290,70 @@ def test_a_fresh_security_cache_denies_all_but_super_users_until_loaded():
     assert cache.authorize("User:root", "h", 3, 2, "orders")
     cache.update({"version": 0, "users": {}, "acls": []})
     assert cache.authorize("User:ANONYMOUS", "h", 3, 2, "orders")
+
+
+def _fetch_body(partitions: list[dict], max_bytes: int = 1 << 30, **extra) -> dict:
+    return {"max_wait_ms": 0, "min_bytes": 1, "max_bytes": max_bytes, **extra,
+            "topics": [{"topic": "orders", "partitions": partitions}]}
+
+
+def test_fetch_returns_only_the_first_batch_when_it_alone_exceeds_max_bytes():
+    """KIP-74: a partition is read within what the request has left (the partition max or
+    less), and only the first batch of the first partition may go past it."""
+    backend = FakeBackend()
+    batch = kafka_batch([b"x" * 500])
+    backend.log = accept_kafka_records(batch) * 4
+    answer = _run(fetch, _session(backend=backend), 1, 11, _fetch_body(
+        [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 4 << 20}], max_bytes=100))
+    records = answer["responses"][0]["partitions"][0]["records"]
+    assert bytes(records) == batch
+    assert [f[2] for f in backend.fetches] == [100]
+
+
+def test_fetch_keeps_whole_batches_within_a_partitions_max_bytes():
+    """A partition's answer holds the whole batches that fit its partition_max_bytes, at
+    least one; a batch cut short is not sent."""
+    backend = FakeBackend()
+    batch = kafka_batch([b"x" * 500])
+    backend.log = accept_kafka_records(batch) * 4
+    answer = _run(fetch, _session(backend=backend), 1, 11, _fetch_body(
+        [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 2 * len(batch) + 7}]))
+    assert bytes(answer["responses"][0]["partitions"][0]["records"]) == batch * 2
+
+
+def test_fetch_answers_a_partition_named_twice_once():
+    """A partition listed twice in one fetch is read and answered once, as Kafka's fetch
+    request keeps one entry per partition."""
+    backend = FakeBackend()
+    backend.log = accept_kafka_records(kafka_batch([b"a"]))
+    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+    answer = _run(fetch, _session(backend=backend), 1, 11, _fetch_body([part] * 50))
+    assert len(answer["responses"][0]["partitions"]) == 1
+    assert len(backend.fetches) == 1
+
+
+def test_fetch_with_another_leader_epoch_is_fenced_or_told_the_epoch_is_unknown():
+    """KIP-320: a current leader epoch below the leader's is FENCED_LEADER_EPOCH, above it
+    UNKNOWN_LEADER_EPOCH (after the listener re-reads the epoch); -1 or the same epoch is
+    served."""
+    backend = FakeBackend()
+    backend.log = accept_kafka_records(kafka_batch([b"a"]))
+
+    def error_with(epoch: int) -> int:
+        body = _fetch_body([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": epoch,
+                             "partition_max_bytes": 1 << 20}])  # fmt: skip
+        return _run(fetch, _session(backend=backend), 1, 11, body)[
+            "responses"][0]["partitions"][0]["error_code"]
+
+    assert [error_with(e) for e in (3, 5, 4, -1)] == [74, 75, 0, 0]
+    assert backend.epoch_reads == [3, 5, 4]
+
+
+def test_a_long_poll_waits_for_the_requests_min_bytes():
+    """With nothing to read at once, the long poll asks the leader for the request's
+    min_bytes, not for a single byte."""
+    backend = FakeBackend()
+    part = {"partition": 0, "fetch_offset": 5, "partition_max_bytes": 1 << 20}
+    _run(fetch, _session(backend=backend), 1, 11,
+         _fetch_body([part], max_wait_ms=50, min_bytes=4096))  # fmt: skip
+    assert backend.fetches[-1][3:] == (4096, 50)
