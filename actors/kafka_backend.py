@@ -116,6 +116,16 @@ class KafkaBackend:
             self._leaders.pop(topic, None)
             raise
 
+    async def partition_count(self, topic: str, covering: int = 0) -> int:
+        """How many partitions ``topic`` has as this listener knows it, re-read from the
+        controller when the partition index ``covering`` lies beyond that (partitions were
+        added since). UnknownTopicOrPartition when the topic does not exist."""
+        count = len((await self._topic(topic))[1])
+        if covering >= count:
+            self.forget(topic)
+            count = len((await self._topic(topic))[1])
+        return count
+
     async def leader_epoch(self, topic: str, partition: int, newer_than: int | None = None) -> int:
         """``topic``-``partition``'s leader epoch as this listener knows it, re-read from the
         controller first when a client names a newer one (the cache may lag an election)."""

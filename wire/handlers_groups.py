@@ -6,7 +6,9 @@ ListGroups, DeleteGroups), each mapped onto the group's coordinator shard
 Payloads pass through untouched: rafka's consumers and Kafka clients both write Kafka's
 "consumer" protocol layout (``rafka.cluster.consumer_protocol``), so a group may mix them and
 either kind may lead it. The coordinator gives member ids itself, so a v4+ join without one
-is answered with the new id at once (no MEMBER_ID_REQUIRED round trip).
+is answered with the new id at once (no KIP-394 MEMBER_ID_REQUIRED round trip): the
+coordinator refuses a join naming a member id it has not seen (UNKNOWN_MEMBER_ID), so the
+round trip would need it to remember the ids it handed out (Kafka's pending members).
 
 Authorization follows Kafka's KafkaApis: READ on the group to join, sync, heartbeat, leave
 and commit offsets, plus READ on each topic committed (per partition:
@@ -27,7 +29,7 @@ from typing import Any
 
 from rafka.cluster.acls import AclOperation as Op
 from rafka.cluster.acls import ResourceType as Res
-from rafka.errors import CommitFailed, RafkaError, UnknownTopicOrPartition
+from rafka.errors import CommitFailed, NonEmptyGroup, RafkaError, UnknownTopicOrPartition
 from rafka.wire.frames import RequestHeader
 from rafka.wire.handlers import handles
 from rafka.wire.session import Session
@@ -42,6 +44,7 @@ NOT_LEADER_OR_FOLLOWER = 6
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
 INVALID_COMMIT_OFFSET_SIZE = 28
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
@@ -190,21 +193,32 @@ async def leave_group(session: Session, header: RequestHeader, body: dict) -> di
 # -- offsets -----------------------------------------------------------------------------------
 
 
-async def _topic_exists(session: Session, topic: str) -> bool:
-    """False only when rafka says the topic does not exist; if it cannot tell (the
-    controller is away), the commit goes ahead, as it would from rafka's own consumers."""
-    try:
-        await session.backend.topic_id(topic)
-    except UnknownTopicOrPartition:
-        return False
-    except RafkaError:
-        return True
-    return True
+async def _partition_counts(session: Session, highest: dict[str, int]) -> dict[str, int | None]:
+    """{topic: its partition count (0: it does not exist), or None when rafka cannot tell}
+    for the topics of ``highest`` (topic -> the highest partition index committed), from the
+    listener's metadata cache (re-read when an index lies beyond it). If the controller is
+    away the commit goes ahead, as it would from rafka's own consumers, which commit without
+    asking it."""
+    counts: dict[str, int | None] = {}
+    for name, index in highest.items():
+        try:
+            counts[name] = await session.backend.partition_count(name, index)
+        except UnknownTopicOrPartition:
+            counts[name] = 0
+        except RafkaError:
+            counts[name] = None
+    return counts
+
+
+def _has_partition(count: int | None, index: int) -> bool:
+    return index >= 0 and (count is None or index < count)
 
 
 @handles(OFFSET_COMMIT)
 async def offset_commit(session: Session, header: RequestHeader, body: dict) -> dict:
-    """Commits what the principal may commit; partitions of other topics get their error.
+    """Commits what the principal may commit; partitions of other topics get their error,
+    and partitions that do not exist (a topic that does not exist, or an index outside
+    its partitions) UNKNOWN_TOPIC_OR_PARTITION, as Kafka's KafkaApis.
     retention_time_ms (v2-v4) is ignored: retention is the cluster's, as in Kafka 2.1+.
     A commit with generation -1 and no member id comes from outside the group (an admin
     or a consumer using ``assign``), accepted while the group has no members."""
@@ -213,18 +227,23 @@ async def offset_commit(session: Session, header: RequestHeader, body: dict) -> 
     errnos: dict[tuple[str, int], int] = {}
     offsets: dict[tuple[str, int], tuple[int, int, str]] = {}
     group_allowed = _may_read_group(session, group_id)
+    highest: dict[str, int] = {}
+    for topic in topics:
+        if group_allowed and session.authorize(Op.READ, Res.TOPIC, topic["name"]):
+            indexes = [p["partition_index"] for p in topic.get("partitions") or ()]
+            highest[topic["name"]] = max([highest.get(topic["name"], -1), *indexes])
+    counts = await _partition_counts(session, highest)
     for topic in topics:
         name = topic["name"]
-        refused = (
-            GROUP_AUTHORIZATION_FAILED if not group_allowed
-            else TOPIC_AUTHORIZATION_FAILED if not session.authorize(Op.READ, Res.TOPIC, name)
-            else UNKNOWN_TOPIC_OR_PARTITION if not await _topic_exists(session, name)
-            else NONE
-        )  # fmt: skip
         for p in topic.get("partitions") or ():
             tp = (name, p["partition_index"])
-            errnos[tp] = refused
-            if refused == NONE:
+            errnos[tp] = (
+                GROUP_AUTHORIZATION_FAILED if not group_allowed
+                else TOPIC_AUTHORIZATION_FAILED if name not in counts
+                else UNKNOWN_TOPIC_OR_PARTITION if not _has_partition(counts[name], tp[1])
+                else NONE
+            )  # fmt: skip
+            if errnos[tp] == NONE:
                 offsets[tp] = (p["committed_offset"], p.get("committed_leader_epoch", NO_EPOCH),
                                p.get("committed_metadata") or "")  # fmt: skip
     if offsets:
@@ -249,9 +268,20 @@ def _commit_errno(error: BaseException | None) -> int:
     """OffsetCommit's error code for the coordinator's ``error``. CommitFailed (a partition
     outside the member's assignment, a check Kafka does not make) has no Kafka code; it is
     answered ILLEGAL_GENERATION, which makes a Kafka client rejoin and learn its partitions
-    anew, where a retriable code would have it repeat the same commit forever."""
+    anew, where a retriable code would have it repeat the same commit forever.
+
+    NonEmptyGroup (a commit from outside a group that has members) is answered
+    UNKNOWN_MEMBER_ID, as Kafka's classic coordinator answers it (ClassicGroup.
+    validateOffsetCommit): NON_EMPTY_GROUP is not an OffsetCommit code. The mapping is
+    made here, not in the coordinator's decision (``GroupOffsets.check_commit``), because
+    rafka's own clients read NonEmptyGroup there as "stop the group's consumers first"
+    (the admin's alter_group_offsets and reset_offsets, a Spark stream), and a standalone
+    consumer's commit loop takes UnknownMemberId for "this member was removed, rejoin",
+    which means nothing to a consumer that never joined."""
     if isinstance(error, CommitFailed):
         return ILLEGAL_GENERATION
+    if isinstance(error, NonEmptyGroup):
+        return UNKNOWN_MEMBER_ID
     return _group_errno(error)
 
 

@@ -2,8 +2,11 @@
 
 SASL follows KIP-152: SaslHandshake v1 picks the mechanism, then SaslAuthenticate requests
 carry the mechanism's messages. A failed authentication is answered with
-SASL_AUTHENTICATION_FAILED and the connection is closed, as Kafka does. Credentials are the
-controller's (``rafka users``), cached by the listener; the password itself is never stored.
+SASL_AUTHENTICATION_FAILED and the connection is closed, as Kafka does; so is a handshake
+naming a mechanism the listener does not enable (UNSUPPORTED_SASL_MECHANISM, with the
+enabled list). SaslHandshake v0 (raw SASL tokens, no SaslAuthenticate framing) is neither
+advertised nor served: every client rafka serves uses v1. Credentials are the controller's (``rafka users``),
+cached by the listener; the password itself is never stored.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from rafka.errors import (
     RafkaError,
     SaslAuthenticationFailed,
     UnsupportedSaslMechanism,
-    UnsupportedVersion,
 )
 from rafka.wire.connection import CloseConnection
 from rafka.wire.frames import RequestHeader
@@ -41,10 +43,6 @@ def enabled_mechanisms(session: Session) -> list[str]:
 @handles(SASL_HANDSHAKE)
 async def sasl_handshake(session: Session, header: RequestHeader, body: dict) -> dict:
     mechanisms = enabled_mechanisms(session)
-    if header.api_version < 1:
-        # v0 sends the mechanism's tokens as bare frames; every client rafka serves uses
-        # v1 with SaslAuthenticate.
-        return {"error_code": UnsupportedVersion.errno, "mechanisms": mechanisms}
     if not session.endpoint.uses_sasl or not session.needs_authentication:
         raise CloseConnection(
             "SaslHandshake on a connection that is not waiting for SASL authentication",
@@ -52,7 +50,12 @@ async def sasl_handshake(session: Session, header: RequestHeader, body: dict) ->
         )
     mechanism = body.get("mechanism", "")
     if mechanism not in mechanisms:
-        return {"error_code": UnsupportedSaslMechanism.errno, "mechanisms": mechanisms}
+        # Kafka answers with the enabled mechanisms, then closes: the client may not try
+        # another on this connection.
+        raise CloseConnection(
+            f"SaslHandshake asked for mechanism {mechanism!r}, not one of {mechanisms}",
+            {"error_code": UnsupportedSaslMechanism.errno, "mechanisms": mechanisms},
+        )
     session.sasl_mechanism = mechanism
     session.sasl_exchange = None
     return {"error_code": 0, "mechanisms": mechanisms}

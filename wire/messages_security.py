@@ -11,7 +11,7 @@ from rafka.wire.schema import (
 )
 
 SASL_HANDSHAKE = Api(
-    17, "SaslHandshake", valid="0-1", flexible="none",
+    17, "SaslHandshake", valid="1-1", flexible="none",
     request=Struct("SaslHandshakeRequest",
         F("mechanism", STRING, "0+"),
     ),

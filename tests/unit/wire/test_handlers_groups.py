@@ -103,12 +103,15 @@ class FakeCoordinator:
 
 
 class FakeBackend:
-    """KafkaBackend's group calls over one FakeCoordinator; records every call."""
+    """KafkaBackend's group calls over one FakeCoordinator (recording every call), and the
+    controller's topic metadata."""
 
     def __init__(self):
         self.coordinator = FakeCoordinator()
         self.raise_on_group: Exception | None = None
-        self.topics = {"orders", "secret"}
+        self.raise_on_controller: Exception | None = None
+        self.topics = {"orders": 4, "secret": 1}  # name -> partition count
+        self.controller_calls: list[tuple] = []
 
     async def group(self, group_id, method, *args):
         assert args[0] == group_id  # the shard is the group's; every method takes its id
@@ -120,10 +123,14 @@ class FakeBackend:
     async def groups(self, method, *args):
         return [await getattr(self.coordinator, method)(*args), []]
 
-    async def topic_id(self, topic):
+    async def partition_count(self, topic, covering=0):
+        """The listener's cached partition count; raises as the controller would."""
+        self.controller_calls.append(("partition_count", topic, covering))
+        if self.raise_on_controller is not None:
+            raise self.raise_on_controller
         if topic not in self.topics:
             raise UnknownTopicOrPartition(f"topic {topic} does not exist")
-        return f"id-{topic}"
+        return self.topics[topic]
 
 
 class FakeSecurity:
@@ -312,6 +319,17 @@ def test_a_commit_with_no_member_and_generation_minus_one_is_from_outside_the_gr
     assert call[2:5] == ("", None, -1) and call[-1] is True
 
 
+def test_a_commit_from_outside_a_group_that_has_members_answers_unknown_member_id():
+    """A "simple" commit (generation -1, no member id) the coordinator refuses because the
+    group has members answers UNKNOWN_MEMBER_ID, as Kafka's classic group coordinator does;
+    NON_EMPTY_GROUP is not an OffsetCommit error code and Kafka clients do not know it."""
+    session = _session()
+    session.backend.coordinator.error = NonEmptyGroup("group g is Stable with 2 member(s)")
+    answer = _run(h.offset_commit, session, 8, 8,
+                  _commit_body(member_id="", generation_id_or_member_epoch=-1))
+    assert [p["error_code"] for p in answer["topics"][0]["partitions"]] == [25, 25]
+
+
 def test_commit_errors_go_to_every_partition_of_the_commit():
     """The coordinator accepts or refuses the commit whole; its error is each partition's."""
     session = _session()
@@ -354,6 +372,52 @@ def test_commit_refuses_topics_without_read_and_unknown_topics_per_partition():
     assert [(t["name"], t["partitions"][0]["error_code"]) for t in answer["topics"]] == [
         ("secret", 29), ("nope", 3), ("orders", 0)]
     assert list(_calls(session, "commit_offsets")[0][5]) == [("orders", 3)]
+
+
+def test_commit_of_a_partition_the_topic_lacks_answers_unknown_topic_or_partition():
+    """As Kafka: a partition index outside the topic's partitions (negative too) answers
+    UNKNOWN_TOPIC_OR_PARTITION, and the request's other partitions are still committed."""
+    session = _session()
+    body = _commit_body(topics=[
+        {"name": "orders", "partitions": [
+            {"partition_index": p, "committed_offset": 1, "committed_metadata": ""}
+            for p in (0, 4, -1, 3)]},
+        {"name": "secret", "partitions": [
+            {"partition_index": p, "committed_offset": 1, "committed_metadata": ""}
+            for p in (1, 0)]},
+    ])  # fmt: skip
+    answer = _run(h.offset_commit, session, 8, 8, body)
+    assert [[(p["partition_index"], p["error_code"]) for p in t["partitions"]]
+            for t in answer["topics"]] == [
+        [(0, 0), (4, 3), (-1, 3), (3, 0)], [(1, 3), (0, 0)]]  # fmt: skip
+    assert session.backend.controller_calls == [
+        ("partition_count", "orders", 4), ("partition_count", "secret", 1)]
+    assert list(_calls(session, "commit_offsets")[0][5]) == [
+        ("orders", 0), ("orders", 3), ("secret", 0)]
+
+
+def test_commit_of_only_missing_partitions_does_not_reach_the_coordinator():
+    """Nothing left to commit: every partition answers UNKNOWN_TOPIC_OR_PARTITION."""
+    session = _session()
+    body = _commit_body(topics=[{"name": "secret", "partitions": [
+        {"partition_index": 7, "committed_offset": 1, "committed_metadata": ""}]}])
+    answer = _run(h.offset_commit, session, 8, 8, body)
+    assert answer["topics"][0]["partitions"] == [{"partition_index": 7, "error_code": 3}]
+    assert _calls(session) == []
+
+
+def test_commit_goes_ahead_when_the_controller_cannot_say_which_partitions_exist():
+    """An unreachable controller does not fail the commit (rafka's own consumers commit
+    without asking it either); only a negative partition index, which never exists, is
+    refused."""
+    session = _session()
+    session.backend.raise_on_controller = RequestTimedOut("controller restarting")
+    body = _commit_body(topics=[{"name": "orders", "partitions": [
+        {"partition_index": p, "committed_offset": 1, "committed_metadata": ""}
+        for p in (9, -1)]}])  # fmt: skip
+    answer = _run(h.offset_commit, session, 8, 8, body)
+    assert [p["error_code"] for p in answer["topics"][0]["partitions"]] == [0, 3]
+    assert list(_calls(session, "commit_offsets")[0][5]) == [("orders", 9)]
 
 
 def test_commit_without_read_on_the_group_refuses_every_partition():

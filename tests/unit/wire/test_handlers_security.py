@@ -84,10 +84,15 @@ def test_a_wrong_password_is_answered_then_the_connection_closes():
     assert session.principal == ANONYMOUS and session.needs_authentication
 
 
-def test_an_unknown_mechanism_is_refused_with_the_enabled_list():
-    answer = _handshake(_session(), "GSSAPI")
-    assert answer["error_code"] == 33
-    assert answer["mechanisms"] == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+def test_a_handshake_naming_a_mechanism_not_enabled_is_answered_then_the_connection_closes():
+    """UNSUPPORTED_SASL_MECHANISM with the enabled mechanisms, then the connection ends, as
+    Kafka's SaslServerAuthenticator does; no mechanism is chosen for the session."""
+    session = _session()
+    with pytest.raises(CloseConnection) as closed:
+        _handshake(session, "GSSAPI")
+    assert closed.value.answer == {"error_code": 33,
+                                   "mechanisms": ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]}
+    assert session.sasl_mechanism is None and session.needs_authentication
 
 
 def test_authenticate_before_handshake_closes_the_connection():
