@@ -3,7 +3,9 @@
 A Kafka client's batch has the same 61-byte header as rafka's (``batch_header``) and Kafka's
 varint records after it. ``accept_kafka_records`` checks the batches of one partition of a
 ProduceRequest and stores them as they are, only marked with KAFKA_FORMAT_BIT (attributes
-bit 7), so their records are never decoded on the produce path. ``to_kafka_wire`` turns
+bit 7), so their records are never decoded on the produce path (the leader's LogValidator
+then walks every field of every record, ``kafka_record_walk.walk_records``, building none of
+them). ``to_kafka_wire`` turns
 what a replica fetch returns back into Kafka's form: a marked batch loses the bit and gets
 the CRC the client wrote back; a batch in rafka's format (from rafka's own producers, the
 cleaner, or a transaction marker) is translated record by record.

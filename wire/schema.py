@@ -35,7 +35,7 @@ gets its default (the schema's ``default``, else None when nullable in that vers
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from rafka.errors import InvalidRequest
 from rafka.wire import primitives as p

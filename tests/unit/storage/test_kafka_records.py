@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from rafka.errors import CorruptRecord
 from rafka.storage import Log, LogConfig
+from rafka.storage import kafka_record_walk as walk
 from rafka.storage import kafka_records as kr
 from rafka.storage import record_batch as rb
 from rafka.storage.kafka_batches import accept_kafka_records, to_kafka_wire
@@ -35,7 +36,7 @@ rows = st.lists(
 def test_varints_are_zigzag_base_128_as_kafka_writes_them(value, encoded):
     """Pinned bytes: zigzag, 7 bits a byte, low bits first."""
     assert kr.encode_varint(value) == encoded
-    assert kr._varint(encoded, 0) == (value, len(encoded))
+    assert kr.read_varint(encoded, 0) == (value, len(encoded))
 
 
 @given(rows)
@@ -111,12 +112,30 @@ def test_a_header_key_that_is_not_utf8_is_corrupt():
         kr.decode_columns(header, bad)
 
 
-def test_count_records_walks_lengths_only():
-    """The produce path's check counts records and catches a section cut short."""
-    _, section = _section([(T0, b"k", b"v" * 200, [])] * 5)
-    assert kr.count_records(section) == 5
-    with pytest.raises(CorruptRecord):
-        kr.count_records(section[:-1])
+def test_walk_records_reports_timestamp_deltas_and_keyless_records():
+    """The produce path's walk returns the smallest and largest timestamp delta and how many
+    records have no key, and builds no record."""
+    _, section = _section([(T0 + 4, b"k", b"v" * 200, []), (T0 - 3, None, b"v", [("h", None)]),
+                           (T0 + 9, None, None, [])])  # fmt: skip
+    assert walk.walk_records(section, 3) == walk.SectionFacts(-7, 5, 2)  # first_timestamp T0 + 4
+
+
+@pytest.mark.parametrize(
+    "damage, count, problem",
+    [
+        (lambda s: s[:-1], 2, "record 1 of 2 declares 8 bytes but only 7 remain"),
+        (lambda s: s + b"\x00", 2, "holds 1 bytes after the 2 records its header declares"),
+        (lambda s: s, 3, "ends after 2 records, but the header declares 3"),
+        (lambda s: s[:4] + b"\x05" + s[5:], 2, "record 0 of 2: key length -3 is negative"),
+        (lambda s: s[:3] + b"\x02" + s[4:], 2, "record 0 of 2 has offset delta 1, expected 0"),
+    ],
+)
+def test_walk_records_raises_corrupt_record_naming_the_record_and_field(damage, count, problem):
+    """A section cut short, padded, short of records or with a bad field: CorruptRecord
+    naming the record and the field (the validator turns it into InvalidRecord)."""
+    _, section = _section([(T0, b"k", b"value", []), (T0, None, b"v2", [])])
+    with pytest.raises(CorruptRecord, match=problem):
+        walk.walk_records(damage(section), count)
 
 
 def test_dump_log_prints_the_records_of_a_kafka_batch(tmp_path, capsys):
