@@ -61,6 +61,9 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         import rafka
+        from rafka.actors.service import at_broker_priority
+
+        at_broker_priority()  # every node's raylet reads it as it starts
 
         self.ray_cluster = Cluster(
             initialize_head=True,

@@ -31,7 +31,9 @@ def ray_session():
     import ray
 
     from rafka.actors.placement import DEFAULT_DISK, DISK_LABEL, DISK_RESOURCE
+    from rafka.actors.service import at_broker_priority
 
+    at_broker_priority()  # as rafka.connect() starts Ray
     ray.init(
         address="local",
         num_cpus=2,
