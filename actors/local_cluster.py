@@ -86,12 +86,15 @@ class LocalCluster:
         return self.cluster
 
     def _add_node(self, disk: str):
+        from rafka.actors.service import at_broker_priority
+
         labels = {DISK_LABEL: disk}
         if disk in self.racks:
             labels[RACK_LABEL] = self.racks[disk]
-        return self.ray_cluster.add_node(
-            num_cpus=self.cpus_per_node, resources={DISK_RESOURCE: 1}, labels=labels
-        )
+        with at_broker_priority():
+            return self.ray_cluster.add_node(
+                num_cpus=self.cpus_per_node, resources={DISK_RESOURCE: 1}, labels=labels
+            )
 
     def kill(self, disk: str) -> None:
         """The node holding ``disk`` dies (its processes are killed; its files stay)."""

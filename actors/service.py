@@ -8,11 +8,12 @@ running cluster only adds what is missing, for example a node agent for a new di
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import ray
 
@@ -49,10 +50,20 @@ WORKER_NICENESS_ENV = "RAY_worker_niceness"
 BROKER_NICENESS = "0"
 
 
-def at_broker_priority() -> None:
-    """Have the Ray instance this process starts next run its workers at BROKER_NICENESS,
-    unless ``RAY_worker_niceness`` is set already (read by the raylet as it starts)."""
-    os.environ.setdefault(WORKER_NICENESS_ENV, BROKER_NICENESS)
+@contextlib.contextmanager
+def at_broker_priority() -> Iterator[None]:
+    """Ray nodes started inside run their workers at BROKER_NICENESS, unless
+    ``RAY_worker_niceness`` is set already. A raylet reads it as it starts, so it is set only
+    for the start and the environment is restored after: a Ray this process starts later
+    for something else keeps Ray's default."""
+    if WORKER_NICENESS_ENV in os.environ:
+        yield
+        return
+    os.environ[WORKER_NICENESS_ENV] = BROKER_NICENESS
+    try:
+        yield
+    finally:
+        os.environ.pop(WORKER_NICENESS_ENV, None)
 
 
 # The environment variable through which Ray (``ray.init``, ``ray start``) takes an address.
@@ -82,15 +93,15 @@ def ensure_ray(address: str | None, namespace: str, embedded_disk: str = DEFAULT
     if address is not None:
         ray.init(address=address, namespace=namespace, logging_level=logging.WARNING)
         return False
-    at_broker_priority()
-    ray.init(
-        address="local",  # a new instance, never the one a stale address file names
-        namespace=namespace,
-        resources={DISK_RESOURCE: 1},
-        labels={DISK_LABEL: check_disk_name(embedded_disk)},
-        include_dashboard=False,
-        logging_level=logging.WARNING,
-    )
+    with at_broker_priority():
+        ray.init(
+            address="local",  # a new instance, never the one a stale address file names
+            namespace=namespace,
+            resources={DISK_RESOURCE: 1},
+            labels={DISK_LABEL: check_disk_name(embedded_disk)},
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+        )
     return True
 
 

@@ -243,6 +243,12 @@ def set_log_append_time(header: bytearray, records_section, timestamp: int) -> N
     and its records section. The CRC is recomputed (the section is read once, not decoded)."""
     (attributes,) = ATTRIBUTES.unpack_from(header, ATTRIBUTES_POS)
     ATTRIBUTES.pack_into(header, ATTRIBUTES_POS, attributes | TIMESTAMP_TYPE_BIT)
+    set_max_timestamp(header, records_section, timestamp)
+
+
+def set_max_timestamp(header: bytearray, records_section, timestamp: int) -> None:
+    """Set the max timestamp of a batch, given a copy of its 61-byte header and its records
+    section; the CRC is recomputed (the section is read once, not decoded)."""
     TIMESTAMP.pack_into(header, MAX_TIMESTAMP_POS, timestamp)
     crc = _crc32c.crc32c(records_section, _crc32c.crc32c(memoryview(header)[ATTRIBUTES_POS:]))
     CRC.pack_into(header, CRC_POS, crc)

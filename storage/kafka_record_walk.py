@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from rafka.errors import CorruptRecord
-from rafka.storage.kafka_records import ONE_BYTE_VARINTS, read_varint
+from rafka.storage.kafka_records import ONE_BYTE_VARINTS, read_varint, read_varint32
 
 
 class SectionFacts(NamedTuple):
@@ -61,7 +61,7 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
     field it was."""
     data = bytes(section)
     one = ONE_BYTE_VARINTS
-    varint = read_varint
+    varint, varint32 = read_varint, read_varint32
     lo = 1 << 80  # smallest and largest timestamp delta so far (a varint stays below 2**70)
     hi = -lo
     keyless = 0
@@ -81,7 +81,7 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
                     p = pos + 2
                     end = p + ((z >> 1) ^ -(z & 1))
                 else:
-                    length, p = varint(data, pos)
+                    length, p = varint32(data, pos)
                     end = p + length
             if data[p]:  # attributes
                 raise CorruptRecord
@@ -120,7 +120,7 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
                         raise CorruptRecord
                     p += 3
                 else:
-                    t, p = varint(data, p)
+                    t, p = varint32(data, p)
                     if t != i:
                         raise CorruptRecord
             # key length, key
@@ -135,7 +135,7 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
                     n = (z >> 1) ^ -(z & 1)
                     p += 2
                 else:
-                    n, p = varint(data, p)
+                    n, p = varint32(data, p)
             if n >= 0:
                 p += n
             elif n == -1:
@@ -154,7 +154,7 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
                     n = (z >> 1) ^ -(z & 1)
                     p += 2
                 else:
-                    n, p = varint(data, p)
+                    n, p = varint32(data, p)
             if n >= 0:
                 p += n
             elif n != -1:
@@ -192,7 +192,7 @@ def _walk_headers(data: bytes, p: int, end: int) -> int:
         count = one[b]
         p += 1
     else:
-        count, p = read_varint(data, p)
+        count, p = read_varint32(data, p)
     if count < 0 or count > (end - p) >> 1:  # a header takes at least 2 bytes
         raise CorruptRecord
     for _ in range(count):
@@ -201,7 +201,7 @@ def _walk_headers(data: bytes, p: int, end: int) -> int:
             n = one[b]
             p += 1
         else:
-            n, p = read_varint(data, p)
+            n, p = read_varint32(data, p)
         if n < 0 or p + n > end:
             raise CorruptRecord
         try:
@@ -214,7 +214,7 @@ def _walk_headers(data: bytes, p: int, end: int) -> int:
             n = one[b]
             p += 1
         else:
-            n, p = read_varint(data, p)
+            n, p = read_varint32(data, p)
         if n < -1 or p + n > end:
             raise CorruptRecord
         if n > 0:
@@ -233,11 +233,11 @@ def _record_problem(data: bytes, pos: int, index: int, count: int) -> str:
             f"{count}; set record_count (and last_offset_delta) to the records sent"
         )
     try:
-        length, p = read_varint(data, pos)
+        length, p = read_varint32(data, pos)
     except IndexError:
         return f"{where}: its length varint is cut off by the end of the records section"
     except CorruptRecord:
-        return f"{where}: its length varint exceeds 10 bytes"
+        return f"{where}: its length varint exceeds 5 bytes"
     if length < 6:
         return (
             f"{where} declares a length of {length} bytes; a record needs at least 6 "
@@ -251,15 +251,18 @@ def _record_problem(data: bytes, pos: int, index: int, count: int) -> str:
         )
     record = data[:end]  # so that reading past the record's end is an IndexError
 
-    def varint(name: str, p: int) -> tuple[int, int]:
+    def varint(name: str, p: int, bits: int = 32) -> tuple[int, int]:
+        """The varint of field ``name``: 32 bits (5 bytes), the timestamp delta 64 (10)."""
         try:
-            return read_varint(record, p)
+            return (read_varint32 if bits == 32 else read_varint)(record, p)
         except IndexError:
             raise CorruptRecord(
                 f"{where}: {name} runs past the record's end ({length} bytes)"
             ) from None
         except CorruptRecord:
-            raise CorruptRecord(f"{where}: {name} varint exceeds 10 bytes") from None
+            raise CorruptRecord(
+                f"{where}: {name} varint exceeds {5 if bits == 32 else 10} bytes"
+            ) from None
 
     def sized(name: str, p: int, nullable: bool) -> tuple[int, int]:
         """-> (start, end) of a length-prefixed field's bytes."""
@@ -279,7 +282,7 @@ def _record_problem(data: bytes, pos: int, index: int, count: int) -> str:
             raise CorruptRecord(
                 f"{where}: attributes {record[p]:#04x}; Kafka leaves them unused, 0"
             )
-        _, p = varint("timestamp delta", p + 1)
+        _, p = varint("timestamp delta", p + 1, bits=64)
         delta, p = varint("offset delta", p)
         if delta != index:
             raise CorruptRecord(

@@ -64,6 +64,24 @@ for _n in range(-8192, 8192):
 del _n
 
 
+def read_varint32(data: bytes, pos: int) -> tuple[int, int]:
+    """Zigzag varint of a 32-bit field at ``pos`` -> (value, position after it); Kafka reads
+    every record field but the timestamp delta this way (ByteUtils.readVarint): at most 5
+    bytes, CorruptRecord beyond, and the value within 32 bits."""
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if result >> 32:
+                raise CorruptRecord(f"varint at byte {pos} of a records section exceeds 32 bits")
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 28:
+            raise CorruptRecord(f"varint at byte {pos} of a records section exceeds 5 bytes")
+
+
 def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     """Zigzag varint at ``pos`` (any length) -> (value, position after it)."""
     result = shift = 0

@@ -40,11 +40,14 @@ class ValidatedBatches(list):
     """(position, header) of each checked batch of a request, in order. ``sections`` maps
     the position of each batch the topic will re-encode (its codec differs from
     compression.type) to its decompressed records section, so that section is decompressed
-    once per append."""
+    once per append. ``max_timestamps`` maps the position of each Kafka client's CreateTime
+    batch whose header does not carry its records' largest timestamp to that timestamp,
+    which the append writes into the header (its header here already carries it)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sections: dict[int, bytes | memoryview] = {}
+        self.max_timestamps: dict[int, int] = {}
 
 
 class LogAppendInfo(NamedTuple):
@@ -109,9 +112,14 @@ def validate_batches(
                 f"{header.last_offset_delta}; a producer's batch has offsets 0..n-1"
             )
         if not as_follower:
-            section = check_records(
-                view[position : position + header.size], header, position, config.compact
-            )
+            batch = view[position : position + header.size]
+            if header.is_kafka_format:
+                section, largest = _check_kafka(batch, header, position, config.compact)
+                if largest is not None:
+                    batches.max_timestamps[position] = largest
+                    header = header._replace(max_timestamp=largest)
+            else:
+                section = check_records(batch, header, position, config.compact)
             if codec is not None and header.codec is not codec:
                 batches.sections[position] = section
         batches.append((position, header))
@@ -146,7 +154,7 @@ def check_records(
     type scan per column; no per-record Python work beyond that, except for record headers
     and control records. A Kafka-format batch costs one walk of its records (``_check_kafka``)."""
     if header.is_kafka_format:
-        return _check_kafka(batch, header, position, keys_required)
+        return _check_kafka(batch, header, position, keys_required)[0]
     try:
         section = rb.decompress(header.codec, batch[rb.HEADER_SIZE :])
         columns = rb.unpack_section(header, section, packed=True)
@@ -167,12 +175,15 @@ def check_records(
 
 def _check_kafka(
     batch: memoryview, header: rb.BatchHeader, position: int, keys_required: bool
-) -> bytes:
+) -> tuple[bytes, int | None]:
     """check_records for Kafka's varint records, as Kafka's LogValidator checks them: every
     field of every record (``kafka_record_walk.walk_records``: lengths that fit, offset deltas
-    0..n-1, exactly ``record_count`` records), the header's max timestamp against the
-    records' for CreateTime, and on a compacted topic a key on every record. The same walk
-    serves every cleanup.policy, so a compacted topic checks every field too.
+    0..n-1, exactly ``record_count`` records), timestamps within int64, and on a compacted
+    topic a key on every record. The same walk serves every cleanup.policy, so a compacted
+    topic checks every field too. Returns (the decompressed section, the records' largest
+    timestamp when this is a CreateTime batch whose header's max timestamp differs, else
+    None): as Kafka's LogValidator overwrites a wrong max timestamp (sarama always sends -1),
+    the append writes it into the header, and its CRC with it.
 
     Cost: about 0.6 us a record of 100 bytes (1.1 us with a header), against 0.3 us for
     the walk of length prefixes alone that this replaced, which let a record whose key
@@ -182,14 +193,18 @@ def _check_kafka(
         facts = kafka_record_walk.walk_records(section, header.record_count)
     except CorruptRecord as e:
         raise _unreadable(position, f"{e}; encode the records as Kafka's record batch v2") from e
-    problem = _timestamps_problem(
-        header, facts.min_timestamp_delta, facts.max_timestamp_delta
+    first = header.first_timestamp
+    problem = _timestamps_range_problem(
+        first + facts.min_timestamp_delta, first + facts.max_timestamp_delta
     )
     if problem is None and keys_required and facts.keyless:
         problem = _KEYLESS
     if problem is not None:
         raise _unreadable(position, problem)
-    return section
+    largest = first + facts.max_timestamp_delta
+    if header.timestamp_type is rb.TimestampType.CREATE_TIME and header.max_timestamp != largest:
+        return section, largest
+    return section, None
 
 
 def _unreadable(position: int, problem: str) -> InvalidRecord:
@@ -252,8 +267,9 @@ def _timestamps_problem(header: rb.BatchHeader, smallest: int, largest: int) -> 
     LogValidator overwrites a wrong max timestamp instead; rafka keeps the client's bytes,
     and its CRC, as they came, so it refuses the batch.)"""
     first = header.first_timestamp
-    if not (_INT64_MIN <= first + smallest and first + largest <= _INT64_MAX):
-        return "timestamp deltas take record timestamps outside int64 milliseconds"
+    problem = _timestamps_range_problem(first + smallest, first + largest)
+    if problem is not None:
+        return problem
     if (
         header.timestamp_type is rb.TimestampType.CREATE_TIME
         and header.max_timestamp != first + largest
@@ -262,6 +278,12 @@ def _timestamps_problem(header: rb.BatchHeader, smallest: int, largest: int) -> 
             f"the header's max timestamp {header.max_timestamp} is not the largest record "
             f"timestamp {first + largest}; set it to the maximum of the records' timestamps"
         )
+    return None
+
+
+def _timestamps_range_problem(smallest: int, largest: int) -> str | None:
+    if not (_INT64_MIN <= smallest and largest <= _INT64_MAX):
+        return "timestamp deltas take record timestamps outside int64 milliseconds"
     return None
 
 
@@ -375,21 +397,26 @@ def prepare_leader_batches(
     from the section ``validate_batches`` decompressed when it kept it."""
     codec = target_codec(config)
     sections = getattr(batches, "sections", {})
+    max_timestamps = getattr(batches, "max_timestamps", {})
     prepared: list[PreparedBatch] = []
     for position, header in batches:
         batch = view[position : position + header.size]
+        largest = max_timestamps.get(position)
         if codec is not None and header.codec is not codec:
             section = sections.get(position)
             if section is None:
                 section = rb.decompress(header.codec, batch[rb.HEADER_SIZE :])
-            batch = memoryview(recompress(header, section, codec))
+            batch = memoryview(recompress(header, section, codec))  # header's max timestamp
             header = rb.read_header(batch)
+            largest = None
         head = bytearray(batch[: rb.HEADER_SIZE])
         body = batch[rb.HEADER_SIZE :]
         rb.set_base_offset(head, next_offset)
         rb.set_partition_leader_epoch(head, leader_epoch)
         if append_time >= 0:
             rb.set_log_append_time(head, body, append_time)
+        elif largest is not None:
+            rb.set_max_timestamp(head, body, largest)
         prepared.append(([head, body], rb.BatchHeader._make(rb.HEADER.unpack_from(head))))
         next_offset += header.last_offset_delta + 1
     return prepared

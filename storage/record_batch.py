@@ -53,6 +53,7 @@ from rafka.storage.batch_header import (
     read_header,
     set_base_offset,
     set_log_append_time,
+    set_max_timestamp,
     set_partition_leader_epoch,
     verify_batch,
 )
@@ -84,7 +85,7 @@ __all__ = [
     # header types and functions
     "BatchHeader", "Codec", "ControlType", "TimestampType", "assemble_batch", "crc32c",
     "increment_sequence", "iter_batches", "next_offset", "read_header", "set_base_offset",
-    "set_log_append_time", "set_partition_leader_epoch", "verify_batch",
+    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch", "verify_batch",
     # compression
     "compress", "decompress",
     # rafka's records section

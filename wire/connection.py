@@ -91,12 +91,13 @@ class Connection:
         # Done once the connection's latest fetch answer is written (or dropped): the next
         # fetch waits for it, so fetch answers are held one at a time.
         self._fetch_written: asyncio.Future | None = None
+        self._writer_gone = False  # set once the writer ended: no answer will be written
 
     async def serve(self) -> None:
         """Read requests until the client goes; answers are written by a second task."""
         writing = asyncio.get_running_loop().create_task(self._write_answers())
         try:
-            while self._closing is None:
+            while self._closing is None and not self._writer_gone:
                 await self._in_flight.acquire()  # released once the answer is written
                 frame = await self._read_frame()
                 if frame is None:
@@ -141,9 +142,11 @@ class Connection:
             )
         async with self._bytes_freed:
             await self._bytes_freed.wait_for(
-                lambda: self._bytes_in_flight == 0
+                lambda: self._writer_gone or self._bytes_in_flight == 0
                 or self._bytes_in_flight + size <= self.max_request_bytes
-            )
+            )  # fmt: skip
+            if self._writer_gone:
+                return None  # the connection is ending: no answer could be written
             self._bytes_in_flight += size
         return memoryview(await self.reader.readexactly(size))
 
@@ -218,38 +221,53 @@ class Connection:
         return frames.encode_response(header, answer)
 
     async def _write_answers(self) -> None:
-        while True:
-            entry = await self._answers.get()
-            if entry is None:
-                return
-            pending, written, size = entry
-            try:
-                data = await pending
-            except CloseConnection as e:
-                self._closing = str(e)
-                self.writer.close()
-                self._drain_rest()
-                return
-            except asyncio.CancelledError:
-                return
-            if data is not None:
-                self.writer.write(data)
-                await self.writer.drain()
-            if written is not None:
-                written.set_result(None)
-            self._free(size)
-            self._in_flight.release()
-            if self._closing is not None:
-                self.writer.close()
-                self._drain_rest()
-                return
+        entry = None
+        try:
+            while True:
+                entry = await self._answers.get()
+                if entry is None:
+                    return
+                pending, _, _ = entry
+                try:
+                    data = await pending
+                except CloseConnection as e:
+                    self._closing = str(e)
+                    return
+                except asyncio.CancelledError:
+                    return
+                if data is not None:
+                    self.writer.write(data)
+                    await self.writer.drain()
+                done, entry = entry, None
+                self._finish(done)
+                if self._closing is not None:
+                    return
+        finally:
+            # However the writer ends (the sentinel, a closing answer, a client gone
+            # mid-write), every request still counted is released, so a reader waiting for
+            # room or for a slot ends with the connection.
+            self._writer_gone = True
+            if entry is not None:
+                self._finish(entry)
+            self.writer.close()
+            self._drain_rest()
+
+    def _finish(self, entry: tuple) -> None:
+        """A request is done with (its answer written, or dropped): a fetch waiting on it
+        may run, and its bytes and slot are free."""
+        _, written, size = entry
+        if written is not None and not written.done():
+            written.set_result(None)
+        self._free(size)
+        self._in_flight.release()
 
     def _drain_rest(self) -> None:
-        """Cancel answers not yet written (the connection is closing)."""
+        """Cancel answers not yet written (the connection is closing) and release them."""
         while not self._answers.empty():
             entry = self._answers.get_nowait()
             if entry is not None:
                 entry[0].cancel()
+                self._finish(entry)
 
     def describe(self) -> dict[str, Any]:
         return {"number": self.number, "client": self.session.client_host,

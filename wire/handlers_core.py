@@ -250,7 +250,9 @@ async def fetch(session: Session, header: RequestHeader, body: dict) -> dict:
         for part in topic["partitions"]:
             wanted.setdefault((topic["topic"], part["partition"]), (
                 topic["topic"], part["partition"], part["fetch_offset"],
-                min(part["partition_max_bytes"], max_bytes), readable,
+                # at least 1: a leader reads the first batch whole however small the limit
+                # (KIP-74), and _keep_to trims the rest
+                max(1, min(part["partition_max_bytes"], max_bytes)), readable,
                 part.get("current_leader_epoch", -1),
             ))  # fmt: skip
     partitions = list(wanted.values())
@@ -264,7 +266,7 @@ async def fetch(session: Session, header: RequestHeader, body: dict) -> dict:
     if not has_errors and found < max(min_bytes, 1) and body["max_wait_ms"] > 0 and partitions \
             and min_bytes > 0:  # fmt: skip
         answers = await _long_poll(session, partitions, answers, body["max_wait_ms"],
-                                   min_bytes - found, committed)  # fmt: skip
+                                   min_bytes, committed)  # fmt: skip
     _keep_to(answers, [w[3] for w in partitions], max_bytes)
     by_topic: dict[str, list] = {}
     for (name, *_), answer in zip(partitions, answers):
@@ -308,17 +310,26 @@ def _whole_batches_within(records: bytes, limit: int, at_least_one: bool) -> int
 
 async def _long_poll(session: Session, wanted: list, answers: list, max_wait_ms: int,
                      min_bytes: int, committed: bool) -> list:  # fmt: skip
-    tasks = [asyncio.ensure_future(
-        _fetch_partition(session, w, min_bytes, max_wait_ms, committed)) for w in wanted]
+    """One long poll per partition until the answers hold ``min_bytes`` together, or the
+    leaders' ``max_wait_ms`` ran out, or an error came: as Kafka's delayed fetch, bytes count
+    across partitions. Each partition's leader is asked for what is missing once the other
+    partitions' first answers are counted (its own answer rereads its own bytes)."""
+    found = sum(len(a["records"]) for a in answers)
+    tasks = [asyncio.ensure_future(_fetch_partition(
+        session, w, max(1, min_bytes - (found - len(a["records"]))), max_wait_ms, committed))
+        for w, a in zip(wanted, answers)]  # fmt: skip
+    latest = list(answers)
     pending = set(tasks)
     while pending:
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if any(t.result()["records"] or t.result()["error_code"] for t in done):
+        for t in done:
+            latest[tasks.index(t)] = t.result()
+        if any(t.result()["error_code"] for t in done) or \
+                sum(len(a["records"]) for a in latest) >= min_bytes:  # fmt: skip
             break
     for t in pending:
         t.cancel()  # the replicas' long polls end by themselves at max_wait_ms
-    return [t.result() if t.done() and not t.cancelled() else a
-            for t, a in zip(tasks, answers)]  # fmt: skip
+    return latest
 
 
 async def _fetch_partition(session: Session, wanted: tuple, min_bytes: int, max_wait_ms: int,

@@ -4,8 +4,9 @@ SASL follows KIP-152: SaslHandshake v1 picks the mechanism, then SaslAuthenticat
 carry the mechanism's messages. A failed authentication is answered with
 SASL_AUTHENTICATION_FAILED and the connection is closed, as Kafka does; so is a handshake
 naming a mechanism the listener does not enable (UNSUPPORTED_SASL_MECHANISM, with the
-enabled list). SaslHandshake v0 (raw SASL tokens, no SaslAuthenticate framing) is neither
-advertised nor served: every client rafka serves uses v1. Credentials are the controller's (``rafka users``),
+enabled list). SaslHandshake v0 (raw SASL tokens, no SaslAuthenticate framing) is listed, as
+older librdkafka enables SASL only then, but answered UNSUPPORTED_VERSION: every client
+rafka serves uses v1. Credentials are the controller's (``rafka users``),
 cached by the listener; the password itself is never stored.
 """
 
@@ -24,6 +25,7 @@ from rafka.errors import (
     RafkaError,
     SaslAuthenticationFailed,
     UnsupportedSaslMechanism,
+    UnsupportedVersion,
 )
 from rafka.wire.connection import CloseConnection
 from rafka.wire.frames import RequestHeader
@@ -43,6 +45,10 @@ def enabled_mechanisms(session: Session) -> list[str]:
 @handles(SASL_HANDSHAKE)
 async def sasl_handshake(session: Session, header: RequestHeader, body: dict) -> dict:
     mechanisms = enabled_mechanisms(session)
+    if header.api_version < 1:
+        # v0 sends the mechanism's tokens as bare frames, which rafka does not read; every
+        # client it serves asks for v1 (with SaslAuthenticate) when the broker lists it.
+        return {"error_code": UnsupportedVersion.errno, "mechanisms": mechanisms}
     if not session.endpoint.uses_sasl or not session.needs_authentication:
         raise CloseConnection(
             "SaslHandshake on a connection that is not waiting for SASL authentication",

@@ -11,7 +11,9 @@ from rafka.wire.schema import (
 )
 
 SASL_HANDSHAKE = Api(
-    17, "SaslHandshake", valid="1-1", flexible="none",
+    # v0 stays advertised though only v1 is served: librdkafka before 2.11 enables SASL only
+    # when a broker lists SaslHandshake from version 0 (rdkafka_feature.c).
+    17, "SaslHandshake", valid="0-1", flexible="none",
     request=Struct("SaslHandshakeRequest",
         F("mechanism", STRING, "0+"),
     ),

@@ -33,18 +33,18 @@ def ray_session():
     from rafka.actors.placement import DEFAULT_DISK, DISK_LABEL, DISK_RESOURCE
     from rafka.actors.service import at_broker_priority
 
-    at_broker_priority()  # as rafka.connect() starts Ray
-    ray.init(
-        address="local",
-        num_cpus=2,
-        resources={DISK_RESOURCE: 1},
-        labels={DISK_LABEL: DEFAULT_DISK},
-        include_dashboard=False,
-        namespace=NAMESPACE,
-        logging_level="WARNING",
-        # Metrics reach Ray's Prometheus endpoint within about a second (default: 10 s).
-        _system_config={"metrics_report_interval_ms": 1000},
-    )
+    with at_broker_priority():  # as rafka.connect() starts Ray
+        ray.init(
+            address="local",
+            num_cpus=2,
+            resources={DISK_RESOURCE: 1},
+            labels={DISK_LABEL: DEFAULT_DISK},
+            include_dashboard=False,
+            namespace=NAMESPACE,
+            logging_level="WARNING",
+            # Metrics reach Ray's Prometheus endpoint within about a second (default: 10 s).
+            _system_config={"metrics_report_interval_ms": 1000},
+        )
     yield ray
     ray.shutdown()
 

@@ -8,6 +8,7 @@ and writes nothing, whatever the topic's cleanup.policy."""
 
 from __future__ import annotations
 
+import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -172,6 +173,39 @@ def test_a_leader_refuses_a_record_field_that_does_not_fit(log, edit, problem):
     refused(log, client_batch([record(0), record(1, edit=edit)]), r"record 1 of 2: " + problem)
 
 
+def long_varint(value: int, size: int) -> bytes:
+    """``value`` as a zigzag varint padded to ``size`` bytes with continuation bytes: a
+    non-canonical encoding some writers could produce, valid up to Kafka's byte limit."""
+    z = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    for _ in range(size - 1):
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z & 0x7F)
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        ({"key": long_varint(1, 6) + b"k"}, r"key length varint exceeds 5 bytes"),
+        ({"value": long_varint(5, 10) + b"value"}, r"value length varint exceeds 5 bytes"),
+        ({"offset_delta": long_varint(0, 6)}, r"offset delta varint exceeds 5 bytes"),
+        ({"headers": long_varint(0, 7)}, r"header count varint exceeds 5 bytes"),
+    ],
+)  # fmt: skip
+def test_a_leader_refuses_a_32_bit_field_in_a_varint_longer_than_5_bytes(log, edit, problem):
+    """Kafka reads every record field but the timestamp delta as a 32-bit varint of at
+    most 5 bytes (ByteUtils.readVarint), so a longer one would stop a Java consumer."""
+    refused(log, client_batch([record(0, edit=edit)]), problem)
+
+
+def test_a_5_byte_varint_is_read_as_kafka_reads_it(open_log):
+    """The longest encoding Kafka reads is accepted."""
+    info = take(open_log(), client_batch([record(0, edit={"key": long_varint(1, 5) + b"k"})]))
+    assert info.last_offset == 0
+
+
 @pytest.mark.parametrize("deltas", [[0, 2, 1], [1, 0, 2], [0, 1, 1], [0, 1, 7]])
 def test_a_leader_refuses_offset_deltas_other_than_0_to_n_minus_1(log, deltas):
     """Kafka's inner offset check: record i carries offset delta i, so every record gets the
@@ -210,14 +244,21 @@ def test_a_leader_refuses_a_header_declaring_fewer_records_than_the_section_hold
             r"holds \d+ bytes after the 1 records its header declares")  # fmt: skip
 
 
-@pytest.mark.parametrize("header_max", [T0, T0 + 3, T0 + 10_000])
-def test_a_leader_refuses_a_header_max_timestamp_that_is_not_the_records_largest(log, header_max):
-    """CreateTime: the header's max timestamp (which feeds the time index, timestamp lookups
-    and retention) must be first_timestamp plus the largest timestamp delta, T0 + 7 here."""
+@pytest.mark.parametrize("header_max", [-1, T0, T0 + 3, T0 + 10_000])
+def test_a_header_max_timestamp_that_is_not_the_records_largest_is_rewritten(log, header_max):
+    """CreateTime: as Kafka's LogValidator, the leader sets the header's max timestamp (which
+    feeds the time index, timestamp lookups and retention) to the records' largest, T0 + 7
+    here, and the CRC with it; sarama, for one, always sends -1. A Kafka client fetching the
+    batch gets the rewritten header under a CRC that matches it."""
     records = [record(0), record(1, ts_delta=7), record(2, ts_delta=3)]
-    refused(log, client_batch(records, max_timestamp=header_max),
-            rf"the header's max timestamp {header_max} is not the largest record timestamp "
-            rf"{T0 + 7}")  # fmt: skip
+    info = take(log, client_batch(records, max_timestamp=header_max))
+    assert info.max_timestamp == T0 + 7
+    stored = log.read(0, 1 << 20).records
+    assert rb.read_header(stored).max_timestamp == T0 + 7
+    wire = to_kafka_wire(stored)
+    header = rb.read_header(wire)
+    assert header.max_timestamp == T0 + 7 and not header.is_kafka_format
+    assert header.crc == crc32c.crc32c(wire[rb.ATTRIBUTES_POS : header.size])
 
 
 def test_a_leader_accepts_a_header_max_timestamp_equal_to_the_records_largest(open_log):

@@ -8,7 +8,7 @@ import socket
 import struct
 
 from rafka.wire import frames, handlers
-from rafka.wire.connection import Connection
+from rafka.wire.connection import CloseConnection, Connection
 from rafka.wire.listeners import Endpoint
 from rafka.wire.session import Session
 
@@ -231,3 +231,41 @@ def test_a_client_that_reads_nothing_holds_at_most_one_fetch_answer_in_the_liste
     while_unread, answers = asyncio.run(run())
     assert while_unread == [1]
     assert answers == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_connection_whose_answer_closes_it_ends_while_a_large_request_waits_for_room():
+    """A request that closes the connection (or a client gone mid-write) releases the bytes
+    of every request still counted, so a reader waiting to admit a large next request ends
+    with the connection instead of waiting forever."""
+    done: list[bool] = []
+
+    async def closing_first(session, header, body):
+        if header.correlation_id == 1:
+            raise CloseConnection("the first request ends the connection")
+        return {"error_code": 0, "api_keys": []}
+
+    async def run():
+        async def on_client(reader, writer):
+            session = Session(None, _AllowAll(), Endpoint("PLAINTEXT", "127.0.0.1", 0),
+                              "127.0.0.1", {}, "test")  # fmt: skip
+            await Connection(reader, writer, session, lambda key: closing_first, 3000,
+                             LOG).serve()  # fmt: skip
+            done.append(True)
+
+        server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        pad = "c" * 2000  # two requests of about 2 KB against a 3,000-byte limit
+        for cid in (1, 2):
+            writer.write(frames.encode_request(
+                frames.RequestHeader(API_VERSIONS, 1, cid, pad), {}))
+        await writer.drain()
+        for _ in range(100):
+            if done:
+                break
+            await asyncio.sleep(0.02)
+        writer.close()
+        server.close()
+
+    asyncio.run(run())
+    assert done == [True]

@@ -357,3 +357,30 @@ def test_a_long_poll_waits_for_the_requests_min_bytes():
     _run(fetch, _session(backend=backend), 1, 11,
          _fetch_body([part], max_wait_ms=50, min_bytes=4096))  # fmt: skip
     assert backend.fetches[-1][3:] == (4096, 50)
+
+
+def test_a_fetch_with_max_bytes_zero_gets_the_first_batch():
+    """Kafka takes fetch.max.bytes=0: the first batch of the first partition still goes out
+    (the leader is asked for at least one byte, never zero)."""
+    backend = FakeBackend()
+    batch = kafka_batch([b"x" * 50])
+    backend.log = accept_kafka_records(batch) * 2
+    answer = _run(fetch, _session(backend=backend), 1, 11, _fetch_body(
+        [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 0}], max_bytes=0))
+    part = answer["responses"][0]["partitions"][0]
+    assert part["error_code"] == 0 and bytes(part["records"]) == batch
+    assert backend.fetches[0][2] == 1
+
+
+def test_a_long_poll_counts_min_bytes_across_partitions():
+    """Bytes count across partitions, as in Kafka's delayed fetch: each leader is asked for
+    what the other partitions' first answers leave missing (its own bytes are read again)."""
+    backend = FakeBackend()
+    backend.log = accept_kafka_records(kafka_batch([b"x" * 100]))
+    size = len(backend.log)
+    parts = [{"partition": p, "fetch_offset": 0 if p == 0 else 5, "partition_max_bytes": 1 << 20}
+             for p in (0, 1)]  # fmt: skip
+    _run(fetch, _session(backend=backend), 1, 11,
+         _fetch_body(parts, max_wait_ms=50, min_bytes=size + 100))  # fmt: skip
+    waits = {f[1]: f[3] for f in backend.fetches if f[4] == 50}
+    assert waits == {0: size + 100, 1: 100}

@@ -152,3 +152,15 @@ def test_acl_changes_need_alter_on_the_cluster():
         {"resource_type": 2, "resource_name": "t", "principal": "User:x", "host": "*",
          "operation": 3, "permission_type": 3}]}))
     assert answer["results"][0]["error_code"] == 31
+
+
+def test_sasl_handshake_v0_is_listed_for_older_librdkafka_but_answered_unsupported():
+    """librdkafka before 2.11 enables SASL only when SaslHandshake is listed from v0, so v0
+    is advertised; a v0 handshake itself (raw tokens) is answered UNSUPPORTED_VERSION and
+    leaves the connection unauthenticated."""
+    from rafka.wire.frames import SUPPORTED
+
+    assert SUPPORTED[17] == (0, 1)
+    session = _session()
+    answer = asyncio.run(sasl_handshake(session, _header(17, version=0), {"mechanism": "PLAIN"}))
+    assert answer["error_code"] == 35 and session.needs_authentication
