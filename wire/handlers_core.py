@@ -243,18 +243,19 @@ async def fetch(session: Session, header: RequestHeader, body: dict) -> dict:
                 "session_id": 0, "responses": []}  # fmt: skip
     committed = body.get("isolation_level", 0) == 1
     max_bytes = max(0, body.get("max_bytes", 0x7FFFFFFF))
-    # One entry per partition, where it was first named (Kafka's request keeps a map).
+    # One entry per partition, where it was first named, as the last naming asked (Kafka's
+    # request is a map: a later entry replaces an earlier one's values).
     wanted: dict[tuple[str, int], tuple] = {}
     for topic in body["topics"]:
         readable = session.authorize(Op.READ, Res.TOPIC, topic["topic"])
         for part in topic["partitions"]:
-            wanted.setdefault((topic["topic"], part["partition"]), (
+            wanted[(topic["topic"], part["partition"])] = (
                 topic["topic"], part["partition"], part["fetch_offset"],
                 # at least 1: a leader reads the first batch whole however small the limit
                 # (KIP-74), and _keep_to trims the rest
                 max(1, min(part["partition_max_bytes"], max_bytes)), readable,
                 part.get("current_leader_epoch", -1),
-            ))  # fmt: skip
+            )  # fmt: skip
     partitions = list(wanted.values())
     # First a look without waiting at every partition; if that finds less than min_bytes,
     # one long poll per partition, answered as soon as any of them has records.

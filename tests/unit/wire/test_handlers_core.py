@@ -34,7 +34,7 @@ class FakeBackend:
         self.produced: list = []
         self.log = b""
         self.fetch_errno = 0
-        self.fetches: list = []  # (topic, partition, max_bytes, min_bytes, max_wait_ms)
+        self.fetches: list = []  # (topic, partition, max_bytes, min_bytes, max_wait_ms, offset)
         self.epoch_reads: list = []
 
     async def kafka_metadata(self, names, auto_create, protocol):
@@ -58,7 +58,7 @@ class FakeBackend:
 
     async def fetch(self, topic, partition, offset, max_bytes, min_bytes, max_wait_ms,
                     committed):  # fmt: skip
-        self.fetches.append((topic, partition, max_bytes, min_bytes, max_wait_ms))
+        self.fetches.append((topic, partition, max_bytes, min_bytes, max_wait_ms, offset))
         records = np.frombuffer(self.log, dtype=np.uint8) if offset == 0 else np.empty(0, np.uint8)
         base = (self.fetch_errno, "", 10, 0, 10, records)
         return base + (8, [(7, 3)]) if committed else base
@@ -323,13 +323,14 @@ def test_fetch_keeps_whole_batches_within_a_partitions_max_bytes():
 
 def test_fetch_answers_a_partition_named_twice_once():
     """A partition listed twice in one fetch is read and answered once, as Kafka's fetch
-    request keeps one entry per partition."""
+    request keeps one entry per partition (with the values named last)."""
     backend = FakeBackend()
     backend.log = accept_kafka_records(kafka_batch([b"a"]))
     part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-    answer = _run(fetch, _session(backend=backend), 1, 11, _fetch_body([part] * 50))
+    last = {**part, "fetch_offset": 7}
+    answer = _run(fetch, _session(backend=backend), 1, 11, _fetch_body([part] * 49 + [last]))
     assert len(answer["responses"][0]["partitions"]) == 1
-    assert len(backend.fetches) == 1
+    assert [f[5] for f in backend.fetches] == [7]
 
 
 def test_fetch_with_another_leader_epoch_is_fenced_or_told_the_epoch_is_unknown():
@@ -356,7 +357,7 @@ def test_a_long_poll_waits_for_the_requests_min_bytes():
     part = {"partition": 0, "fetch_offset": 5, "partition_max_bytes": 1 << 20}
     _run(fetch, _session(backend=backend), 1, 11,
          _fetch_body([part], max_wait_ms=50, min_bytes=4096))  # fmt: skip
-    assert backend.fetches[-1][3:] == (4096, 50)
+    assert backend.fetches[-1][3:5] == (4096, 50)
 
 
 def test_a_fetch_with_max_bytes_zero_gets_the_first_batch():
