@@ -64,36 +64,30 @@ for _n in range(-8192, 8192):
 del _n
 
 
+def read_varint(data: bytes, pos: int, bits: int = 64) -> tuple[int, int]:
+    """Zigzag varint of a ``bits``-bit field at ``pos`` -> (value, position after it).
+    CorruptRecord when it runs past the bytes such a field may take (10 for 64 bits, 5 for
+    32) or its value past ``bits``."""
+    result = shift = 0
+    size = -(-bits // 7)  # the bytes such a field may take
+    last = 7 * (size - 1)  # the shift of its last byte
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if result >> bits:
+                raise CorruptRecord(f"varint at byte {pos} of a records section exceeds {bits} bits")
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > last:
+            raise CorruptRecord(f"varint at byte {pos} of a records section exceeds {size} bytes")
+
+
 def read_varint32(data: bytes, pos: int) -> tuple[int, int]:
-    """Zigzag varint of a 32-bit field at ``pos`` -> (value, position after it); Kafka reads
-    every record field but the timestamp delta this way (ByteUtils.readVarint): at most 5
-    bytes, CorruptRecord beyond, and the value within 32 bits."""
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if result >> 32:
-                raise CorruptRecord(f"varint at byte {pos} of a records section exceeds 32 bits")
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 28:
-            raise CorruptRecord(f"varint at byte {pos} of a records section exceeds 5 bytes")
-
-
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """Zigzag varint at ``pos`` (any length) -> (value, position after it)."""
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecord(f"varint at byte {pos} of a records section exceeds 10 bytes")
+    """A 32-bit field's varint, as Kafka reads every record field but the timestamp delta
+    (ByteUtils.readVarint): at most 5 bytes."""
+    return read_varint(data, pos, 32)
 
 
 def decode_columns(header: BatchHeader, section: bytes | memoryview) -> list:
