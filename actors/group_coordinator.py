@@ -205,15 +205,16 @@ class GroupCoordinator(GroupTransactionsMixin):
     async def join_group(
         self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
         client_host: str, protocol_type: str, protocols: list, session_timeout_ms: int,
-        rebalance_timeout_ms: int,
+        rebalance_timeout_ms: int, require_known_member_id: bool = False,
     ) -> tuple:  # fmt: skip
-        """Join or rejoin; answers when the rebalance completes: (error, JoinResult)."""
+        """Join or rejoin; answers when the rebalance completes: (error, JoinResult).
+        ``require_known_member_id``: a Kafka client's JoinGroup v4+ (``Group.join``)."""
         await self._until_loaded()
         try:
             group = self._group(group_id, create=True)
             member_id, effects = group.join(
                 member_id, group_instance_id, client_id, client_host, protocol_type, protocols,
-                session_timeout_ms, rebalance_timeout_ms, _now_ms(),
+                session_timeout_ms, rebalance_timeout_ms, _now_ms(), require_known_member_id,
             )  # fmt: skip
         except RafkaError as e:
             return e, None

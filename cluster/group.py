@@ -41,6 +41,7 @@ import uuid
 from typing import Any, Iterable
 
 from rafka.cluster import group_record
+from rafka.cluster.group_member_ids import MemberIdHandout
 from rafka.cluster.group_offsets import GroupOffsets
 from rafka.cluster.group_protocols import check_protocols, select_protocol
 from rafka.cluster.group_static import StaticMembership
@@ -62,7 +63,6 @@ from rafka.cluster.group_types import (
 from rafka.errors import (
     CoordinatorNotAvailable,
     FencedInstanceId,
-    GroupMaxSizeReached,
     IllegalGeneration,
     InvalidGroupId,
     InvalidSessionTimeout,
@@ -85,7 +85,7 @@ _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-class Group(GroupOffsets, StaticMembership):
+class Group(GroupOffsets, StaticMembership, MemberIdHandout):
     """One group; see the module docstring for its states. Its offsets (``GroupOffsets``)
     and static members (``StaticMembership``) are handled in their own modules."""
 
@@ -102,6 +102,7 @@ class Group(GroupOffsets, StaticMembership):
         self.leader_id: str | None = None
         self.members: dict[str, Member] = {}
         self.static_members: dict[str, str] = {}  # group_instance_id -> member id
+        self._init_member_id_handout()
         self._takeovers: dict[str, StaticTakeoverWrite] = {}  # see StaticMembership
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         self._commits_in_flight: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
@@ -136,37 +137,32 @@ class Group(GroupOffsets, StaticMembership):
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         now: int,
+        require_known_member_id: bool = False,
     ) -> tuple[str, Effects]:
         """A member joins or rejoins. Returns its member id (new ones get one here) and the
         effects; the caller's own answer is in the replies under (member id, JOIN), now or
-        when the rebalance completes."""
+        when the rebalance completes. With ``require_known_member_id`` (JoinGroup v4+) a
+        dynamic member's first join only gets its id (``group_member_ids``)."""
         self._check_join(protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms)
         protocols = [(str(n), bytes(d)) for n, d in protocols]
+        self._forget_expired_member_ids(now)
         if not member_id:
             if group_instance_id is not None and group_instance_id in self.static_members:
                 return self._replace_static(
                     group_instance_id, client_id, client_host, protocols, session_timeout_ms,
                     rebalance_timeout_ms, now,
                 )  # fmt: skip
-            if len(self.members) >= self.config.max_size:
-                raise GroupMaxSizeReached(
-                    f"group {self.group_id} has {len(self.members)} members, the most "
-                    f"group.max.size={self.config.max_size} allows"
-                )
+            self._check_room()
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            member = Member(
-                member_id, group_instance_id, client_id, client_host, session_timeout_ms,
-                rebalance_timeout_ms, protocols,
-            )  # fmt: skip
-            self.members[member_id] = member
-            if group_instance_id is not None:
-                self.static_members[group_instance_id] = member_id
-            if self.protocol_type is None:
-                self.protocol_type = protocol_type
-            member.awaiting_join = True
-            member.heartbeat_deadline_ms = now + session_timeout_ms
-            effects = self._prepare_rebalance(now, f"{member_id} joined")
-            return member_id, effects.merge(self._maybe_complete_join(now))
+            if require_known_member_id and group_instance_id is None:
+                self._hand_out(member_id, session_timeout_ms, now)
+            return self._add_member(member_id, group_instance_id, client_id, client_host,
+                                    protocol_type, protocols, session_timeout_ms,
+                                    rebalance_timeout_ms, now)  # fmt: skip
+        if self._take_handed_out(member_id):
+            return self._add_member(member_id, group_instance_id, client_id, client_host,
+                                    protocol_type, protocols, session_timeout_ms,
+                                    rebalance_timeout_ms, now)  # fmt: skip
         member = self._member(member_id, group_instance_id)
         changed = member.protocols != protocols
         member.protocols = protocols
@@ -186,6 +182,25 @@ class Group(GroupOffsets, StaticMembership):
             return member_id, effects
         member.awaiting_join = True
         effects = self._prepare_rebalance(now, f"{member_id} rejoined with a new subscription")
+        return member_id, effects.merge(self._maybe_complete_join(now))
+
+    def _add_member(
+        self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+        protocol_type: str, protocols: list, session_timeout_ms: int, rebalance_timeout_ms: int,
+        now: int,
+    ) -> tuple[str, Effects]:  # fmt: skip
+        member = Member(
+            member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+            rebalance_timeout_ms, protocols,
+        )  # fmt: skip
+        self.members[member_id] = member
+        if group_instance_id is not None:
+            self.static_members[group_instance_id] = member_id
+        if self.protocol_type is None:
+            self.protocol_type = protocol_type
+        member.awaiting_join = True
+        member.heartbeat_deadline_ms = now + session_timeout_ms
+        effects = self._prepare_rebalance(now, f"{member_id} joined")
         return member_id, effects.merge(self._maybe_complete_join(now))
 
     def _check_join(

@@ -417,6 +417,20 @@ class GroupMaxSizeReached(RafkaError):
     errno = 81
 
 
+class MemberIdRequired(RafkaError):
+    """KIP-394: a dynamic member's first join is answered with the member id it must join
+    with (``member_id``); the client joins again naming it."""
+
+    errno = 79
+
+    def __init__(self, message: str = "", member_id: str = "") -> None:
+        super().__init__(message)
+        self.member_id = member_id
+
+    def __reduce__(self):  # keep the id across processes (Ray pickles errors)
+        return (type(self), (str(self), self.member_id))
+
+
 class FencedInstanceId(RafkaError):
     """Another consumer joined with the same group_instance_id, replacing this one."""
 

@@ -5,10 +5,9 @@ ListGroups, DeleteGroups), each mapped onto the group's coordinator shard
 
 Payloads pass through untouched: rafka's consumers and Kafka clients both write Kafka's
 "consumer" protocol layout (``rafka.cluster.consumer_protocol``), so a group may mix them and
-either kind may lead it. The coordinator gives member ids itself, so a v4+ join without one
-is answered with the new id at once (no KIP-394 MEMBER_ID_REQUIRED round trip): the
-coordinator refuses a join naming a member id it has not seen (UNKNOWN_MEMBER_ID), so the
-round trip would need it to remember the ids it handed out (Kafka's pending members).
+either kind may lead it. A v4+ join without a member id is answered MEMBER_ID_REQUIRED with
+the id the coordinator handed out (KIP-394, ``rafka.cluster.group_member_ids``); rafka's own
+consumers and joins before v4 get their id with the join itself.
 
 Authorization follows Kafka's KafkaApis: READ on the group to join, sync, heartbeat, leave
 and commit offsets, plus READ on each topic committed (per partition:
@@ -29,7 +28,13 @@ from typing import Any
 
 from rafka.cluster.acls import AclOperation as Op
 from rafka.cluster.acls import ResourceType as Res
-from rafka.errors import CommitFailed, NonEmptyGroup, RafkaError, UnknownTopicOrPartition
+from rafka.errors import (
+    CommitFailed,
+    MemberIdRequired,
+    NonEmptyGroup,
+    RafkaError,
+    UnknownTopicOrPartition,
+)
 from rafka.wire.frames import RequestHeader
 from rafka.wire.handlers import handles
 from rafka.wire.session import Session
@@ -121,9 +126,11 @@ async def join_group(session: Session, header: RequestHeader, body: dict) -> dic
     answer = await _call(
         session, group_id, "join_group", member_id, body.get("group_instance_id"),
         header.client_id or "", session.client_host, body.get("protocol_type") or "",
-        protocols, session_timeout_ms, rebalance_timeout_ms,
+        protocols, session_timeout_ms, rebalance_timeout_ms, header.api_version >= 4,
     )  # fmt: skip
     error, result = (answer, None) if isinstance(answer, RafkaError) else answer
+    if isinstance(error, MemberIdRequired):
+        return _join_error(error.errno, error.member_id)
     if error is not None or result is None:
         return _join_error(_group_errno(error), member_id)
     return {

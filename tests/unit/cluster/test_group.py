@@ -21,6 +21,7 @@ from rafka.errors import (
     InconsistentGroupProtocol,
     InvalidGroupId,
     InvalidSessionTimeout,
+    MemberIdRequired,
     NonEmptyGroup,
     OffsetMetadataTooLarge,
     RebalanceInProgress,
@@ -276,3 +277,55 @@ def test_deleting_a_group_with_members_is_refused():
     empty = Group("h", CONFIG, 0)
     empty.mark_dead(10)
     assert empty.state == GroupState.DEAD
+
+
+# -- KIP-394: a member id before the join ---------------------------------------------------------
+
+
+def join_requiring_id(group, member_id="", now=0, instance=None):
+    return group.join(
+        member_id, instance, "c", "host", "consumer", subscription(), SESSION, REBALANCE, now,
+        require_known_member_id=True,
+    )  # fmt: skip
+
+
+def test_a_join_without_a_member_id_is_given_one_and_asked_to_come_back_with_it():
+    """KIP-394: the first join of a dynamic member gets MEMBER_ID_REQUIRED carrying a new id
+    and adds no member; the join that names the id is admitted."""
+    group = Group("g", CONFIG, 0)
+    with pytest.raises(MemberIdRequired) as required:
+        join_requiring_id(group)
+    member_id = required.value.member_id
+    assert member_id and not group.members
+    joined, _ = join_requiring_id(group, member_id, now=10)
+    assert joined == member_id and set(group.members) == {member_id}
+
+
+def test_a_member_id_never_handed_out_or_expired_is_unknown():
+    """Only ids the coordinator handed out are admitted, and only within the session
+    timeout; after it the client starts over with an empty id."""
+    group = Group("g", CONFIG, 0)
+    with pytest.raises(UnknownMemberId):
+        join_requiring_id(group, "made-up")
+    with pytest.raises(MemberIdRequired) as required:
+        join_requiring_id(group)
+    with pytest.raises(UnknownMemberId):
+        join_requiring_id(group, required.value.member_id, now=SESSION + 1)
+
+
+def test_handed_out_member_ids_count_toward_group_max_size():
+    """A retried first join cannot pile up ids past group.max.size."""
+    group = Group("g", GroupConfig(min_session_timeout_ms=100, max_size=1), 0)
+    with pytest.raises(MemberIdRequired):
+        join_requiring_id(group)
+    with pytest.raises(GroupMaxSizeReached):
+        join_requiring_id(group)
+
+
+def test_static_members_and_rafkas_own_clients_join_in_one_step():
+    """A member with a group instance id, or a join that does not ask for the round trip
+    (rafka's consumers, Kafka's JoinGroup before v4), is admitted at once."""
+    group = Group("g", CONFIG, 0)
+    static_id, _ = join_requiring_id(group, instance="i-1")
+    dynamic_id, _ = join(group, now=1)
+    assert set(group.members) == {static_id, dynamic_id}

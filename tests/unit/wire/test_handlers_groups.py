@@ -18,6 +18,7 @@ from rafka.errors import (
     CoordinatorNotAvailable,
     GroupIdNotFound,
     IllegalGeneration,
+    MemberIdRequired,
     NonEmptyGroup,
     RebalanceInProgress,
     RecordListTooLarge,
@@ -59,7 +60,7 @@ class FakeCoordinator:
 
     async def join_group(self, group_id, member_id, instance_id, client_id, client_host,
                          protocol_type, protocols, session_timeout_ms,
-                         rebalance_timeout_ms):  # fmt: skip
+                         rebalance_timeout_ms, require_known_member_id=False):  # fmt: skip
         if self.join_answer is not None:
             return self.join_answer
         new_id = member_id or f"{client_id}-1"
@@ -179,7 +180,7 @@ def test_join_passes_the_member_to_the_coordinator_and_the_leader_gets_every_sub
     answer = _run(h.join_group, session, 11, 5, _join_body(group_instance_id="static-1"))
     (call,) = _calls(session, "join_group")
     assert call[1:] == ("g", "", "static-1", "client-a", "10.1.2.3", "consumer",
-                        [("range", KAFKA_SUBSCRIPTION)], 10_000, 30_000)  # fmt: skip
+                        [("range", KAFKA_SUBSCRIPTION)], 10_000, 30_000, True)  # fmt: skip
     assert answer["error_code"] == 0
     assert (answer["generation_id"], answer["protocol_name"]) == (5, "range")
     assert answer["member_id"] == answer["leader"] == "client-a-1"
@@ -194,7 +195,7 @@ def test_join_v0_uses_the_session_timeout_as_rebalance_timeout():
     body = _join_body()
     del body["rebalance_timeout_ms"]
     _run(h.join_group, session, 11, 0, body)
-    assert _calls(session, "join_group")[0][-2:] == (10_000, 10_000)
+    assert _calls(session, "join_group")[0][-3:-1] == (10_000, 10_000)
 
 
 def test_a_v4_join_without_member_id_gets_its_new_id_at_once():
@@ -631,3 +632,16 @@ def test_requests_decoded_by_the_codec_are_answered_in_bytes_kafka_python_reads(
         assert values["member_id"] == "client-a-1" and len(values["members"]) == 2
     if api_key == 9:
         assert values["topics"][0]["partitions"][0]["committed_offset"] == 42
+
+
+def test_a_first_join_from_v4_on_is_answered_member_id_required_with_its_id():
+    """KIP-394: JoinGroup v4+ asks the coordinator for the round trip, whose
+    MemberIdRequired answer carries the id the client must join with; before v4 it does
+    not ask."""
+    session = _session()
+    session.backend.coordinator.join_answer = (
+        MemberIdRequired("join again with member id client-a-7", "client-a-7"), None)
+    answer = _run(h.join_group, session, 11, 4, _join_body())
+    assert (answer["error_code"], answer["member_id"]) == (79, "client-a-7")
+    _run(h.join_group, session, 11, 3, _join_body())
+    assert [c[-1] for c in _calls(session, "join_group")] == [True, False]
