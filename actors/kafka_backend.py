@@ -42,6 +42,7 @@ class KafkaBackend:
         self.gateway = Gateway(namespace)
         # topic -> (topic id, [(leader, leader epoch, host slot) per partition])
         self._leaders: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
+        self._loading: dict[str, asyncio.Future] = {}  # topic -> its read in flight
 
     # -- controller ----------------------------------------------------------------------------
 
@@ -85,15 +86,31 @@ class KafkaBackend:
         return (await self._topic(topic))[0]
 
     async def _topic(self, topic: str) -> tuple[str, list]:
+        """``topic``'s (topic id, partitions), from the cache or read from the controller;
+        requests that find it missing at once share one read (a fetch whose partitions each
+        ask for a newer leader epoch, a burst after a leader change)."""
         cached = self._leaders.get(topic)
-        if cached is None:
-            described = (await self.controller("metadata", [topic], False))[topic]
-            self._remember(topic, described)
-            if not isinstance(described, dict):
-                errno, message = described
-                raise error_class(errno)(message)
-            cached = self._leaders[topic]
-        return cached
+        if cached is not None:
+            return cached
+        loading = self._loading.get(topic)
+        if loading is None:
+            loading = self._loading[topic] = asyncio.ensure_future(self._load(topic))
+            loading.add_done_callback(lambda done: self._loaded(topic, done))
+        return await asyncio.shield(loading)
+
+    def _loaded(self, topic: str, done: asyncio.Future) -> None:
+        if self._loading.get(topic) is done:
+            del self._loading[topic]
+        if not done.cancelled():
+            done.exception()  # retrieved here: every waiter may have gone (a cancelled poll)
+
+    async def _load(self, topic: str) -> tuple[str, list]:
+        described = (await self.controller("metadata", [topic], False))[topic]
+        self._remember(topic, described)
+        if not isinstance(described, dict):
+            errno, message = described
+            raise error_class(errno)(message)
+        return self._leaders[topic]
 
     async def _partition(self, topic: str, partition: int) -> tuple[str, tuple[int, int, int]]:
         """(topic id, (leader, leader epoch, host slot)) of ``topic``-``partition``, cached."""
