@@ -2,7 +2,7 @@
 field of every record (the layout is in ``kafka_records``), as Kafka's LogValidator reads
 each record on append. Bytes in, facts out, no I/O.
 
-Cost: about 0.6 us a record of 100-byte values (1.1 us with a header), against 1.0-1.4 us
+Cost: about 0.6 us a record of 100-byte values (1.4 us with a header), against 1.0-1.4 us
 for decoding the section into columns: single-byte varints by one table lookup, two-byte
 ones inline, key and value bytes skipped by index arithmetic, and one check per record that
 its fields end exactly at its declared end (every field moves the position forward, so an
@@ -15,7 +15,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from rafka.errors import CorruptRecord
-from rafka.storage.kafka_records import ONE_BYTE_VARINTS, read_varint, read_varint32
+from rafka.storage.kafka_records import (
+    ONE_BYTE_VARINTS,
+    read_headers,
+    read_varint,
+    read_varint32,
+)
 
 
 class SectionFacts(NamedTuple):
@@ -48,13 +53,13 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
     UTF-8 (Java decodes it with replacement characters, kafka-python and rafka raise).
 
     Cost, per record of a 100-byte value in batches of 160 records (Kafka's default
-    batch.size of 16 KiB) on CPython 3.11: about 0.6 us, 1.1 us with one header; the
+    batch.size of 16 KiB) on CPython 3.11: about 0.6 us, 1.4 us with one header; the
     walk of length prefixes alone it replaced took 0.3 us and ``decode_columns`` takes
-    1.1 us (2.1 us with a header). It builds no object per field: a one-byte varint is one
+    1.1 us. It builds no object per field but a record's headers: a one-byte varint is one
     ``ONE_BYTE_VARINTS`` lookup, a two-byte one (lengths up to 8191, offset deltas 64..8191) and a
     three-byte offset delta are decoded inline, key and value bytes are skipped by index
-    arithmetic, and only a record with headers calls ``_walk_headers`` (which slices each
-    header key to check its UTF-8). Fields are not bounded one by one: every field moves
+    arithmetic, and only a record with headers calls ``kafka_records.read_headers`` (which
+    slices each header key to check its UTF-8). Fields are not bounded one by one: every field moves
     the position forward, so a field that runs past its record leaves the position past
     the record's end, and the one check per record that the fields end exactly there
     catches it; ``_record_problem`` then re-reads the bad record, slowly, to say which
@@ -123,7 +128,8 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
                     t, p = varint32(data, p)
                     if t != i:
                         raise CorruptRecord
-            # key length, key
+            # key length, key (each varint is decoded inline, here and for the value: a
+            # helper call per field would cost more than the rest of the walk)
             b = data[p]
             if b < 128:
                 n = one[b]
@@ -161,7 +167,7 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
                 raise CorruptRecord
             # header count, headers
             if data[p]:
-                p = _walk_headers(data, p, end)
+                p = read_headers(data, p, end)[1]
             else:
                 p += 1
             if p != end:
@@ -176,50 +182,6 @@ def walk_records(section: bytes | memoryview, record_count: int) -> SectionFacts
             "last_offset_delta)"
         )
     return SectionFacts(lo, hi, keyless) if record_count else SectionFacts(0, 0, 0)
-
-
-def _walk_headers(data: bytes, p: int, end: int) -> int:
-    """The position after the headers of the record ending at ``end``, whose header count
-    is at ``p``; CorruptRecord, unworded (``_record_problem`` words it), when they do not
-    fit in the record or a key is not UTF-8. Only records with headers come here, so
-    slicing each key to check its UTF-8 (as kafka-python's reader and rafka's decode it)
-    costs nothing to the rest."""
-    if end > len(data):
-        raise CorruptRecord
-    one = ONE_BYTE_VARINTS
-    b = data[p]
-    if b < 128:
-        count = one[b]
-        p += 1
-    else:
-        count, p = read_varint32(data, p)
-    if count < 0 or count > (end - p) >> 1:  # a header takes at least 2 bytes
-        raise CorruptRecord
-    for _ in range(count):
-        b = data[p]
-        if b < 128:
-            n = one[b]
-            p += 1
-        else:
-            n, p = read_varint32(data, p)
-        if n < 0 or p + n > end:
-            raise CorruptRecord
-        try:
-            data[p : p + n].decode("utf-8")
-        except UnicodeDecodeError:
-            raise CorruptRecord from None
-        p += n
-        b = data[p]
-        if b < 128:
-            n = one[b]
-            p += 1
-        else:
-            n, p = read_varint32(data, p)
-        if n < -1 or p + n > end:
-            raise CorruptRecord
-        if n > 0:
-            p += n
-    return p
 
 
 def _record_problem(data: bytes, pos: int, index: int, count: int) -> str:

@@ -165,7 +165,7 @@ def decode_columns(header: BatchHeader, section: bytes | memoryview) -> list:
                 add_headers(None)
                 p += 1
             else:
-                record_headers, p = _read_headers(data, p)
+                record_headers, p = read_headers(data, p, end)
                 add_headers(record_headers)
                 any_headers = True
             if p != end or length < 0:
@@ -195,22 +195,36 @@ def decode_columns(header: BatchHeader, section: bytes | memoryview) -> list:
     ]
 
 
-def _read_headers(data: bytes, p: int) -> tuple[list[tuple[str, bytes | None]], int]:
-    count, p = read_varint(data, p)
-    if count < 0:
-        raise CorruptRecord(f"record header count {count}")
+def read_headers(
+    data: bytes, p: int, end: int | None = None
+) -> tuple[list[tuple[str, bytes | None]], int]:
+    """The headers of a record at ``p`` (its header count) -> ([(key, value or None)], the
+    position after them). CorruptRecord when they do not fit before ``end`` (the record's
+    end; the data's by default), a key is not UTF-8, or a length is negative (a value's may
+    be -1, null); counts and lengths are 32-bit varints, as Kafka reads them."""
+    if end is None:
+        end = len(data)
+    one = ONE_BYTE_VARINTS  # most counts and lengths are one byte: a lookup, not a call
+    b = data[p]
+    count, p = (one[b], p + 1) if b < 128 else read_varint32(data, p)
+    if count < 0 or count > (end - p) >> 1:  # a header takes at least 2 bytes
+        raise CorruptRecord(f"record header count {count} does not fit its record")
     out = []
     for _ in range(count):
-        n, p = read_varint(data, p)
-        if n < 0 or p + n > len(data):
+        b = data[p]
+        n, p = (one[b], p + 1) if b < 128 else read_varint32(data, p)
+        if n < 0 or p + n > end:
             raise CorruptRecord(f"record header key length {n}")
         try:
             key = data[p : p + n].decode("utf-8")
         except UnicodeDecodeError as e:
             raise CorruptRecord(f"record header key is not UTF-8: {e}") from None
         p += n
-        n, p = read_varint(data, p)
+        b = data[p]
+        n, p = (one[b], p + 1) if b < 128 else read_varint32(data, p)
         if n >= 0:
+            if p + n > end:
+                raise CorruptRecord(f"record header value length {n}")
             out.append((key, data[p : p + n]))
             p += n
         elif n == -1:
