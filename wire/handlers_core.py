@@ -301,8 +301,7 @@ def _whole_batches_within(records: bytes, limit: int, at_least_one: bool) -> int
     at most ``limit`` bytes long (the first whole batch regardless when ``at_least_one``)."""
     pos, end = 0, len(records)
     while pos + rb.LENGTH_PREFIX_SIZE <= end:
-        size = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True) + \
-            rb.LENGTH_PREFIX_SIZE  # fmt: skip
+        size = rb.LENGTH_PREFIX.unpack_from(records, pos)[1] + rb.LENGTH_PREFIX_SIZE
         if pos + size > end or (pos + size > limit and not (at_least_one and pos == 0)):
             break
         pos += size
