@@ -12,7 +12,8 @@ divergence, an error) or the longest wait is over; the others are answered with 
 have then (see ``ReplicaHost.replicate_many``). A loop that sends again while a batch is out
 is not held back: its request goes in the next batch at once.
 
-Run on the host's event loop; nothing is persisted.
+Batches go over the leader host's direct channel when there is one (``host_channels``),
+else as actor calls. Run on the host's event loop; nothing is persisted.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable
 
+from rafka.actors import host_channels
 from rafka.actors.replica_handle import ReplicaHandle
+
+
+def replicate_many(host, requests: list[tuple]) -> Awaitable[list[tuple]]:
+    """``host.replicate_many(requests)``, submitted now: over the host's direct channel when
+    there is one, else as an actor call."""
+    channel = host_channels.shared().channel(host)
+    if channel is not None:
+        return asyncio.wrap_future(channel.call("replicate_many", requests))
+    return host.replicate_many.remote(requests)
 
 
 class FetchBatcher:
@@ -48,7 +59,7 @@ class FetchBatcher:
         """The answer of ``leader``'s replica to a fetch with ``args``, the call submitted
         now, alone: for a fetch that must leave before what its caller does next (a
         follower's prefetch overlaps the append that follows it)."""
-        ref = leader.host.replicate_many.remote([(leader.topic_id, leader.partition, *args)])
+        ref = replicate_many(leader.host, [(leader.topic_id, leader.partition, *args)])
 
         async def answer() -> tuple:
             return (await ref)[0]
@@ -65,7 +76,7 @@ class FetchBatcher:
     @staticmethod
     async def _call(host, batch: list[tuple[tuple, asyncio.Future]]) -> None:
         try:
-            answers = await host.replicate_many.remote([request for request, _ in batch])
+            answers = await replicate_many(host, [request for request, _ in batch])
         except Exception as e:  # the host died or restarts: every fetch in it failed
             for _, future in batch:
                 if not future.done():

@@ -11,17 +11,22 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future
 from typing import Any
 
 import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from rafka.actors import host_channels
 from rafka.actors.placement import CONTROLLER_NAME, replica_name
 from rafka.actors.replica_handle import find_replica
 from rafka.errors import BrokerNotAvailable, LeaderNotAvailable, RafkaError, RequestTimedOut
 
 __all__ = ["Gateway", "as_array"]
+
+#: How often a wait on channel futures and object refs together looks at the refs (s).
+MIXED_WAIT_SLICE_S = 0.005
 
 
 def as_array(data) -> np.ndarray:
@@ -54,6 +59,7 @@ class Gateway:
         self._replicas: dict[str, Any] = {}
         self._controller = None
         self._lock = threading.Lock()
+        self.channels = host_channels.shared()
 
     def reset(self) -> None:
         """Forget every cached handle (after the services were stopped or restarted)."""
@@ -155,19 +161,28 @@ class Gateway:
         """Call ``method`` of an actor; returns the object ref of its answer."""
         return getattr(handle, method).remote(*args)
 
-    @staticmethod
-    def produce(replica, batch, acks: int, timeout_ms: int, client_id: str, request_no: int,
-                transactional_id: str | None = None):  # fmt: skip
-        return replica.produce.remote(as_array(batch), acks, timeout_ms, client_id, request_no,
-                                      transactional_id)  # fmt: skip
+    def produce(self, replica, batch, acks: int, timeout_ms: int, client_id: str,
+                request_no: int, transactional_id: str | None = None):  # fmt: skip
+        """The leader's answer to a produce request: a pending result for ``get``, ``wait``
+        and ``future`` (a direct channel's future, or an object ref)."""
+        args = (as_array(batch), acks, timeout_ms, client_id, request_no, transactional_id)
+        return self._replica_call(replica, "produce", args)
 
-    @staticmethod
-    def fetch(replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
-        return replica.fetch.remote(offset, max_bytes, min_bytes, max_wait_ms)
+    def fetch(self, replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
+        return self._replica_call(replica, "fetch", (offset, max_bytes, min_bytes, max_wait_ms))
 
-    @staticmethod
-    def fetch_committed(replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
-        return replica.fetch_committed.remote(offset, max_bytes, min_bytes, max_wait_ms)
+    def fetch_committed(self, replica, offset: int, max_bytes: int, min_bytes: int,
+                        max_wait_ms: int):  # fmt: skip
+        return self._replica_call(replica, "fetch_committed",
+                                  (offset, max_bytes, min_bytes, max_wait_ms))  # fmt: skip
+
+    def _replica_call(self, replica, method: str, args: tuple):
+        """``method`` of ``replica`` over its host's direct channel when there is one, else
+        as an actor call (``host_channels``)."""
+        channel = self.channels.channel(replica.host)
+        if channel is not None:
+            return channel.call(method, replica.topic_id, replica.partition, *args)
+        return getattr(replica, method).remote(*args)
 
     @staticmethod
     def list_offset(replica, timestamp: int, read_committed: bool = False):
@@ -181,6 +196,17 @@ class Gateway:
 
     @staticmethod
     def get(refs, timeout_s: float | None = None, what: str = "a partition replica"):
+        """The answer of one pending call (an object ref or a channel's future), or of a
+        list of them; rafka's errors."""
+        if isinstance(refs, list) and any(isinstance(r, Future) for r in refs):
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            return [Gateway.get(r, None if deadline is None else max(
+                0.0, deadline - time.monotonic()), what) for r in refs]  # fmt: skip
+        if isinstance(refs, Future):
+            try:
+                return refs.result(timeout_s)
+            except TimeoutError:
+                raise RequestTimedOut(f"{what} did not answer in time") from None
         try:
             return ray.get(refs, timeout=timeout_s)
         except (RayTaskError, RayActorError, GetTimeoutError) as e:
@@ -188,11 +214,38 @@ class Gateway:
 
     @staticmethod
     def wait(refs: list, num_returns: int = 1, timeout_s: float | None = None):
-        return ray.wait(refs, num_returns=num_returns, timeout=timeout_s, fetch_local=True)
+        """(ready, not ready) of ``refs`` (object refs and channel futures, mixed or not),
+        each in ``refs``' order: returns once ``num_returns`` are ready or after
+        ``timeout_s``."""
+        futures = [r for r in refs if isinstance(r, Future)]
+        if not futures:
+            return ray.wait(refs, num_returns=num_returns, timeout=timeout_s, fetch_local=True)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        objects = [r for r in refs if not isinstance(r, Future)]
+        while True:
+            done = {id(f) for f in futures if f.done()}
+            if objects:
+                ready_objects, _ = ray.wait(objects, num_returns=len(objects), timeout=0,
+                                            fetch_local=True)  # fmt: skip
+                done.update(id(r) for r in ready_objects)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if len(done) >= min(num_returns, len(refs)) or (
+                remaining is not None and remaining <= 0
+            ):
+                ready = [r for r in refs if id(r) in done]
+                return ready, [r for r in refs if id(r) not in done]
+            # Object refs have no wakeup shared with futures: look at them every few ms.
+            slice_s = MIXED_WAIT_SLICE_S if objects else remaining
+            if remaining is not None and slice_s is not None:
+                slice_s = min(slice_s, remaining)
+            concurrent.futures.wait([f for f in futures if not f.done()] or futures,
+                                    timeout=slice_s, return_when=FIRST_COMPLETED)  # fmt: skip
 
     @staticmethod
     def future(ref) -> concurrent.futures.Future:
         """A concurrent future for ``ref``; its exception is already a rafka error."""
+        if isinstance(ref, Future):
+            return ref  # a channel's: its errors are the host's own
         out: concurrent.futures.Future = concurrent.futures.Future()
 
         def done(inner: concurrent.futures.Future) -> None:

@@ -40,7 +40,7 @@ from rafka.cluster.hosting import NO_HOST
 from rafka.cluster.metadata import NO_LEADER
 from rafka.cluster.replication import prefetch_offset, truncation_offset
 from rafka.cluster.settings import setting
-from rafka.errors import OffsetOutOfRange
+from rafka.errors import BrokerNotAvailable, OffsetOutOfRange
 from rafka.storage import record_batch as rb
 
 if TYPE_CHECKING:
@@ -164,8 +164,9 @@ class ReplicaFollower:
                     prefetch = None
                     answer = await fetch
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError,
-                        asyncio.TimeoutError, ValueError) as e:  # fmt: skip
-                    # Gone, restarting, not hosting the leader (yet), or no host known.
+                        asyncio.TimeoutError, ValueError, BrokerNotAvailable) as e:  # fmt: skip
+                    # Gone, restarting, not hosting the leader (yet), or no host known (or the
+                    # direct channel to its host ended).
                     r.logger.debug("fetch from leader %d failed: %r", leader_id, e)
                     self._handles.pop(leader_id, None)
                     await asyncio.sleep(delay)

@@ -32,7 +32,7 @@ import msgpack
 import numpy as np
 import ray
 
-from rafka.actors import metrics
+from rafka.actors import direct_channel, metrics
 from rafka.actors.fetch_batcher import FetchBatcher
 from rafka.actors.logs import actor_logger, label_process_logs
 from rafka.actors.partition_replica import PartitionReplica
@@ -94,6 +94,9 @@ class ReplicaHost:
         self._creation: dict[Key, dict[str, Any]] = {}  # key -> creation state (the file)
         self._tasks: list[asyncio.Task] = []
         self.closed = False
+        self.channel = direct_channel.ChannelServer({
+            method: getattr(self, method) for method in direct_channel.CHANNEL_METHODS
+        })  # fmt: skip
         os.makedirs(os.path.join(data_dir, HOSTS_DIR), exist_ok=True)
         self._members = members_path(data_dir, slot)
         # Every replica in the file ran before: it reopens as restarted and checks in.
@@ -135,6 +138,14 @@ class ReplicaHost:
         for replica in self.replicas.values():
             replica.loop_ready()
         return len(self.replicas)
+
+    async def channel_address(self) -> tuple[str, int, bytes] | None:
+        """Where callers reach this host's direct channel: (ip, port, token); None when
+        channels are off here (``direct_channel.enabled``) or the host is closed."""
+        if self.closed or not direct_channel.enabled():
+            return None
+        ip, port = await self.channel.start(ray.util.get_node_ip_address())
+        return ip, port, self.channel.token
 
     async def add_replicas(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Open the replicas of ``states`` that this host does not hold yet (one already
@@ -219,6 +230,7 @@ class ReplicaHost:
     async def close_all(self) -> int:
         """Close every replica cleanly (flushed, clean-shutdown marker); how many."""
         self.closed = True
+        self.channel.close()
         for task in self._tasks:
             task.cancel()
         replicas = list(self.replicas.values())
