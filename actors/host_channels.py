@@ -1,15 +1,15 @@
 """One process's direct channels to replica hosts (``direct_channel``), by host actor.
 
 A caller asks ``channel(host)`` before each hot call and gets a connected ``ChannelClient``,
-or None: then it makes the actor call as before. Finding a host's channel never blocks on
-the host: the first ask sends the host's ``channel_address`` call and answers None; a later
-ask finds that answer and connects. So the first calls to a host go as actor calls and the
-rest over the channel; numbered produce requests are appended in their order whichever way
+or None: then it makes the actor call as before. Finding a host's channel never blocks: the
+first ask sends the host's ``channel_address`` call and answers None, and a thread connects
+once the address comes; a later ask finds the channel. So the first calls to a host go as
+actor calls and the rest over the channel; numbered produce requests are appended in their order whichever way
 they came (``RequestOrder``), and a fetch has one call in flight per partition.
 
 A channel that ends (the host died or restarted) is dropped and looked up again; a host that
 has none (channels off there, its address unreachable from here) is asked again after
-``RETRY_AFTER_S``. Thread-safe.
+``RETRY_AFTER_S`` (``UNREACHABLE_RETRY_S`` when its address did not connect). Thread-safe.
 """
 
 from __future__ import annotations
@@ -21,63 +21,82 @@ from typing import Any
 
 from rafka.actors.direct_channel import ChannelClient, enabled
 
-#: Seconds before a host without a usable channel is asked again.
+#: Seconds before a host that gave no channel (dead, restarting, channels off) is asked again.
 RETRY_AFTER_S = 5.0
+#: Seconds before a host whose channel could not be reached from here is tried again (a
+#: driver outside the cluster's network, through Ray Client).
+UNREACHABLE_RETRY_S = 60.0
 
 
 class HostChannels:
     def __init__(self) -> None:
-        # host actor id -> a ChannelClient, a future of its address being asked, or the
-        # monotonic time before which not to ask again.
+        # host actor id -> a ChannelClient; a future of one being set up (a ChannelClient,
+        # or the monotonic time before which not to ask again); or that time.
         self._by_host: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
     def channel(self, host) -> ChannelClient | None:
-        """The connected channel to ``host`` (a ReplicaHost actor handle), or None for now."""
+        """The connected channel to ``host`` (a ReplicaHost actor handle), or None for now.
+        Never waits: a lookup runs in the background."""
+        if not enabled():
+            return None
         key = host._actor_id
         entry = self._by_host.get(key)
         if isinstance(entry, ChannelClient) and not entry.closed:
             return entry
-        if not enabled():
-            return None
         with self._lock:
             entry = self._by_host.get(key)
+            if isinstance(entry, concurrent.futures.Future):
+                if not entry.done():
+                    return None
+                self._by_host[key] = entry = entry.result()
             if isinstance(entry, ChannelClient):
                 if not entry.closed:
                     return entry
-                entry = None  # ended: ask for the address again
-            if isinstance(entry, float):
-                if time.monotonic() < entry:
-                    return None
-                entry = None
-            if entry is None:
-                self._by_host[key] = host.channel_address.remote().future()
+            elif isinstance(entry, float) and time.monotonic() < entry:
                 return None
-            if not entry.done():
-                return None
-            self._by_host[key] = client = self._connect(entry)
-            return client if isinstance(client, ChannelClient) else None
-
-    @staticmethod
-    def _connect(asked: concurrent.futures.Future) -> ChannelClient | float:
-        try:
-            address = asked.result(timeout=0)
-            if address is None:
-                return time.monotonic() + RETRY_AFTER_S
-            ip, port, token = address
-            return ChannelClient((ip, port), token)
-        except Exception:  # noqa: BLE001 - the host died, or its address is unreachable here
-            return time.monotonic() + RETRY_AFTER_S
+            self._by_host[key] = _set_up(host)  # ended, or time to ask again
+            return None
 
     def close(self) -> None:
         """Close every channel (the process is done with the cluster)."""
         with self._lock:
             entries, self._by_host = list(self._by_host.values()), {}
         for entry in entries:
+            if isinstance(entry, concurrent.futures.Future) and entry.done():
+                entry = entry.result()
             if isinstance(entry, ChannelClient):
                 entry.close()
 
 
+def _set_up(host) -> concurrent.futures.Future:
+    """Ask ``host`` for its channel and connect, in the background: a future of the
+    ChannelClient, or of the time to ask again when there is none."""
+    out: concurrent.futures.Future = concurrent.futures.Future()
+
+    def connect(address) -> None:
+        try:
+            ip, port, token = address
+            out.set_result(ChannelClient((ip, port), token))
+        except Exception:  # noqa: BLE001 - unreachable from here: actor calls for a while
+            out.set_result(time.monotonic() + UNREACHABLE_RETRY_S)
+
+    def answered(asked: concurrent.futures.Future) -> None:
+        try:
+            address = asked.result()
+        except Exception:  # noqa: BLE001 - the host died or restarts
+            address = None
+        if address is None:
+            out.set_result(time.monotonic() + RETRY_AFTER_S)
+        else:  # off Ray's callback thread: a connect may take up to its timeout
+            threading.Thread(target=connect, args=(address,), name="rafka-channel-connect",
+                             daemon=True).start()  # fmt: skip
+
+    try:
+        host.channel_address.remote().future().add_done_callback(answered)
+    except Exception:  # noqa: BLE001 - Ray refused the call (shutting down)
+        out.set_result(time.monotonic() + RETRY_AFTER_S)
+    return out
 _shared = HostChannels()
 
 

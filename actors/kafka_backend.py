@@ -11,11 +11,12 @@ so a client with stale metadata still gets served).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from rafka.actors import host_channels
 from rafka.actors.handles import Gateway, _translate, as_array
 from rafka.actors.replica_handle import leader_host
 from rafka.errors import (
@@ -31,6 +32,17 @@ from rafka.errors import (
 STALE_LEADER_ERRORS = (NotLeaderOrFollower, LeaderNotAvailable, UnknownTopicOrPartition,
                        BrokerNotAvailable)  # fmt: skip
 CONTROLLER_TIMEOUT_S = 30.0
+
+
+def _submit(replica, method: str, args: tuple) -> tuple[Awaitable[Any], Callable[[], None]]:
+    """``method`` of ``replica`` submitted now: (its answer to await, a function that stops
+    it), over the host's direct channel when there is one, else as an actor call."""
+    channel = host_channels.shared().channel(replica.host)
+    if channel is not None:
+        future = channel.call(method, replica.topic_id, replica.partition, *args)
+        return asyncio.wrap_future(future), lambda: channel.cancel(future)
+    ref = getattr(replica, method).remote(*args)
+    return ref, lambda: ray.cancel(ref)
 #: Pause between tries while the controller restarts, s.
 CONTROLLER_RETRY_S = 0.2
 
@@ -158,15 +170,15 @@ class KafkaBackend:
 
     async def _replica_call(self, topic: str, partition: int, method: str, *args):
         replica, _ = await self._leader_replica(topic, partition)
-        ref = getattr(replica, method).remote(*args)
+        answer, cancel = _submit(replica, method, args)
         try:
-            return await ref
+            return await answer
         except asyncio.CancelledError:
             # A long poll nobody waits for any more (another partition of the fetch had
             # records first) ends now rather than at max_wait_ms.
-            ray.cancel(ref)
+            cancel()
             raise
-        except (RayTaskError, RayActorError) as e:
+        except (RayTaskError, RayActorError, RafkaError) as e:
             self.forget(topic)
             raise _translate(e, f"the leader of {topic}-{partition}") from None
 
@@ -182,14 +194,14 @@ class KafkaBackend:
         replica, leader = await self._leader_replica(topic, partition)
         client_id = f"{client_key}@{leader}"
         try:
-            ref = replica.produce.remote(
+            answer, _ = _submit(replica, "produce", (
                 as_array(batches), acks, timeout_ms, client_id, number_of(client_id),
                 transactional_id,
-            )  # fmt: skip
+            ))  # fmt: skip
             if submitted is not None:
                 submitted()
-            answer = await ref
-        except (RayTaskError, RayActorError) as e:
+            answer = await answer
+        except (RayTaskError, RayActorError, RafkaError) as e:
             self.forget(topic)
             raise _translate(e, f"the leader of {topic}-{partition}") from None
         if answer[0] in _STALE_ERRNOS:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -59,6 +60,8 @@ FETCH_MAX_WAIT_MS = 100
 # on the dev machine: 1 ms -> 3.8 ms, 5 -> 6.5, 100 -> 78, 500 -> 481). A user after low
 # latency would set it low, so the peer gets the lowest that makes sense.
 PEER_FETCH_MAX_WAIT_MS = 1
+#: The environment switch of rafka's direct channels (``rafka.actors.direct_channel``).
+CHANNEL_SWITCH = "RAFKA_DIRECT_CHANNEL"
 #: Points of each side's latency CDF in the report (``cdf_ms``), drawn by bench.chart.
 CDF_POINTS = 200
 PERCENTILES = (("p50_ms", 50.0, "p50"), ("p99_ms", 99.0, "p99"), ("p999_ms", 99.9, "p99.9"))
@@ -80,6 +83,10 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--latency-fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS,
                        help="rafka consumer's fetch_max_wait_ms: how long a replica may hold a "
                        f"fetch with no data (default {FETCH_MAX_WAIT_MS})")
+    group.add_argument("--latency-actor-calls", choices=("on", "off"), default="on",
+                       help="also measure rafka with its clients' produce and fetch calls as "
+                       "Ray actor calls instead of direct channels (the path before them), "
+                       "beside the channel figures (default on)")
     group.add_argument("--latency-peer-fetch-wait-ms", type=int, default=PEER_FETCH_MAX_WAIT_MS,
                        help="the peer consumer's fetch.wait.max.ms (default "
                        f"{PEER_FETCH_MAX_WAIT_MS}: Tansu holds a fetch for all of it)")  # fmt: skip
@@ -241,12 +248,32 @@ def parse_rates(text: str) -> list[float]:
     return rates
 
 
+@contextlib.contextmanager
+def clients_channels(on: bool):
+    """While inside, this process's clients use direct channels to replica hosts (``on``,
+    the default) or actor calls only (``RAFKA_DIRECT_CHANNEL=0``); replicas' own follower
+    fetches are the cluster's to decide."""
+    before = os.environ.get(CHANNEL_SWITCH)
+    if on:
+        os.environ.pop(CHANNEL_SWITCH, None)
+    else:
+        os.environ[CHANNEL_SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CHANNEL_SWITCH, None)
+        else:
+            os.environ[CHANNEL_SWITCH] = before
+
+
 def run_rafka(
     cluster, rate: float, count: int, value_size: int, linger_ms: float, fetch_wait_ms: int,
-    topic: str | None = None, **producer_settings: Any,
+    topic: str | None = None, direct_channels: bool = True, **producer_settings: Any,
 ) -> dict:
     """One measurement on rafka: into ``topic`` (a fresh one-partition RF=1 topic, deleted
-    after, when None) with a producer of ``producer_settings`` (acks=1 unless given)."""
+    after, when None) with a producer of ``producer_settings`` (acks=1 unless given);
+    ``direct_channels`` False: the producer and the consumer make actor calls only."""
     import ray
 
     admin = cluster.admin()
@@ -256,19 +283,25 @@ def run_rafka(
         admin.create_topic(topic, partitions=1)
     consumer = None
     try:
-        consumer = _rafka_consumer_class().remote(cluster, topic, count, fetch_wait_ms)
-        producer = cluster.producer(**{"acks": 1, **producer_settings}, linger_ms=linger_ms)
-        try:
-            send = producer.send
+        consumer_class = _rafka_consumer_class()
+        if not direct_channels:
+            consumer_class = consumer_class.options(
+                runtime_env={"env_vars": {CHANNEL_SWITCH: "0"}}
+            )  # fmt: skip
+        consumer = consumer_class.remote(cluster, topic, count, fetch_wait_ms)
+        with clients_channels(direct_channels):
+            producer = cluster.producer(**{"acks": 1, **producer_settings}, linger_ms=linger_ms)
+            try:
+                send = producer.send
 
-            def send_one(value: bytes) -> None:
-                send(topic, value)
+                def send_one(value: bytes) -> None:
+                    send(topic, value)
 
-            warm_s = warm_up(send_one, lambda: ray.get(consumer.warm.remote()), value_size)
-            sent = drive(send_one, rate, count, value_size)
-            producer.flush()
-        finally:
-            producer.close()
+                warm_s = warm_up(send_one, lambda: ray.get(consumer.warm.remote()), value_size)
+                sent = drive(send_one, rate, count, value_size)
+                producer.flush()
+            finally:
+                producer.close()
         report = ray.get(consumer.result.remote(DRAIN_GIVE_UP_S))
     finally:
         if consumer is not None:
@@ -418,6 +451,12 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
         if mine.get("lost"):
             raise RuntimeError(f"{mine['lost']} of {count} records never reached rafka's "
                                f"consumer at {rate:,.0f}/s")  # fmt: skip
+        before: dict[str, Any] = {}
+        if args.latency_actor_calls == "on":
+            run["rafka_actor_calls"] = before = run_rafka(
+                ctx.embedded(), rate, count, size, linger, wait, direct_channels=False
+            )  # fmt: skip
+            print(f"rafka at {rate:,.0f}/s, actor calls: " + _line(before), file=sys.stderr)
         theirs: dict[str, Any] = {}
         if broker is not None:
             run["peer"] = theirs = run_peer(broker.bootstrap, rate, count, size, linger,
@@ -436,11 +475,20 @@ def workload(ctx, args: argparse.Namespace) -> dict[str, Any]:
         report["series"].append(series(f"rafka acks=1 RF=1 @ {rate:,.0f}/s", rate, mine))
         if theirs:
             report["series"].append(series(f"peer acks=1 @ {rate:,.0f}/s", rate, theirs))
+        if before:
+            report["series"].append(series(f"rafka actor calls @ {rate:,.0f}/s", rate, before))
         rows += [
             row(f"{label} at {rate:,.0f}/s", "ms", mine.get(name), peer=theirs.get(name),
                 higher_is_better=False)
             for name, _, label in PERCENTILES
         ]  # fmt: skip
+        if before:
+            rows += [
+                row(f"{label} at {rate:,.0f}/s, vs actor calls", "ms", mine.get(name),
+                    baseline=before.get(name), baseline_label="actor calls",
+                    higher_is_better=False)
+                for name, _, label in PERCENTILES
+            ]  # fmt: skip
     return {"rows": rows, "report": report}
 
 

@@ -1,0 +1,261 @@
+"""The direct channel between a caller and a replica host, without Ray: a ChannelServer on
+an event loop in a thread, ChannelClients calling it."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rafka.actors import direct_channel
+from rafka.actors.direct_channel import ChannelClient, ChannelClosed, ChannelServer
+from rafka.errors import BrokerNotAvailable, NotLeaderOrFollower, RafkaError
+
+
+class Host:
+    """A host's methods: ``produce`` records the order calls start in; ``slow`` waits for
+    its event; ``fail`` raises NotLeaderOrFollower; ``odd`` answers something unpicklable."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+        self.release = asyncio.Event()
+        self.cancelled = 0
+
+    async def produce(self, topic_id, partition, n):
+        self.started.append(n)
+        return (0, "", n)
+
+    async def slow(self, topic_id, partition):
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return "slow"
+
+    async def fail(self, topic_id, partition):
+        raise NotLeaderOrFollower(f"{topic_id}-{partition} moved")
+
+    async def odd(self, topic_id, partition):
+        return threading.Lock()
+
+
+@pytest.fixture
+def served():
+    """(server, host, loop) with the server listening on loopback; stopped after."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def run(coro):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(5)
+
+    async def make():
+        host = Host()
+        server = ChannelServer({name: getattr(host, name)
+                                for name in ("produce", "slow", "fail", "odd")})  # fmt: skip
+        await server.start("127.0.0.1")
+        return server, host
+
+    server, host = run(make())
+    try:
+        yield server, host, loop
+    finally:
+        loop.call_soon_threadsafe(host.release.set)
+        loop.call_soon_threadsafe(server.close)
+        time.sleep(0.05)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def _client(server) -> ChannelClient:
+    return ChannelClient(server.address, server.token)
+
+
+def test_calls_are_answered_with_the_host_methods_results(served):
+    server, _host, _loop = served
+    client = _client(server)
+    try:
+        assert client.call("produce", "t", 0, 7).result(5) == (0, "", 7)
+    finally:
+        client.close()
+
+
+def test_pipelined_calls_start_in_the_order_they_were_sent(served):
+    server, host, _loop = served
+    client = _client(server)
+    try:
+        futures = [client.call("produce", "t", 0, n) for n in range(500)]
+        assert [f.result(5)[2] for f in futures] == list(range(500))
+        assert host.started == list(range(500))
+    finally:
+        client.close()
+
+
+def test_a_slow_call_does_not_hold_back_later_answers(served):
+    server, host, loop = served
+    client = _client(server)
+    try:
+        slow = client.call("slow", "t", 0)
+        assert client.call("produce", "t", 0, 1).result(5) == (0, "", 1)
+        assert not slow.done()
+        loop.call_soon_threadsafe(host.release.set)
+        assert slow.result(5) == "slow"
+    finally:
+        client.close()
+
+
+def test_a_host_error_comes_back_as_its_own_type(served):
+    server, _host, _loop = served
+    client = _client(server)
+    try:
+        with pytest.raises(NotLeaderOrFollower, match="t-3 moved"):
+            client.call("fail", "t", 3).result(5)
+        assert client.call("produce", "t", 0, 2).result(5) == (0, "", 2)  # still usable
+    finally:
+        client.close()
+
+
+def test_a_method_the_channel_does_not_serve_is_refused_by_name(served):
+    server, _host, _loop = served
+    client = _client(server)
+    try:
+        with pytest.raises(RafkaError, match="not 'delete'"):
+            client.call("delete", "t", 0).result(5)
+    finally:
+        client.close()
+
+
+def test_an_answer_that_cannot_be_sent_fails_only_its_call(served):
+    server, _host, _loop = served
+    client = _client(server)
+    try:
+        with pytest.raises(RafkaError, match="could not be sent.*cannot pickle"):
+            client.call("odd", "t", 0).result(5)
+        assert client.call("produce", "t", 0, 3).result(5) == (0, "", 3)
+    finally:
+        client.close()
+
+
+def test_a_cancelled_call_ends_at_the_host_and_gets_no_answer(served):
+    server, host, loop = served
+    client = _client(server)
+    try:
+        slow = client.call("slow", "t", 0)
+        assert client.call("produce", "t", 0, 1).result(5)  # the slow call is running
+        client.cancel(slow)
+        assert slow.cancelled()
+        assert client.call("produce", "t", 0, 2).result(5) == (0, "", 2)
+        assert host.cancelled == 1  # the cancel went before the call answered above
+        assert not client._pending and not client.closed
+    finally:
+        client.close()
+
+
+def test_an_answer_to_a_call_its_caller_cancelled_is_dropped(served):
+    server, host, loop = served
+    client = _client(server)
+    try:
+        slow = client.call("slow", "t", 0)
+        assert client.call("produce", "t", 0, 1).result(5)
+        assert slow.cancel()  # as asyncio.wrap_future does when its awaiter is cancelled
+        loop.call_soon_threadsafe(host.release.set)
+        assert client.call("produce", "t", 0, 2).result(5) == (0, "", 2)
+        assert not client.closed
+    finally:
+        client.close()
+
+
+def test_a_wrong_token_gets_the_connection_closed_unanswered(served):
+    server, _host, _loop = served
+    client = ChannelClient(server.address, b"not the token....")
+    try:
+        with pytest.raises(ChannelClosed):
+            client.call("produce", "t", 0, 1).result(5)
+    finally:
+        client.close()
+
+
+def test_a_connection_that_ends_fails_every_call_in_flight_as_retriable(served):
+    server, _host, loop = served
+    client = _client(server)
+    try:
+        in_flight = [client.call("slow", "t", 0) for _ in range(5)]
+        loop.call_soon_threadsafe(server.close)
+        for future in in_flight:
+            with pytest.raises(ChannelClosed) as failed:
+                future.result(5)
+            assert isinstance(failed.value, BrokerNotAvailable) and failed.value.retriable
+        later = client.call("produce", "t", 0, 9)  # after the end: fails at once
+        with pytest.raises(ChannelClosed):
+            later.result(1)
+        assert client.closed
+    finally:
+        client.close()
+
+
+def _greet(sock, server, greeting: bytes = direct_channel.GREETING) -> None:
+    sock.sendall(greeting + server.token)
+
+
+def _send(sock, body) -> None:
+    for part in direct_channel.frame(body):
+        sock.sendall(part)
+
+
+def test_a_frame_over_the_limit_closes_the_connection(served):
+    server, _host, _loop = served
+    with socket.create_connection(server.address, timeout=5) as sock:
+        _greet(sock, server)
+        sock.sendall(direct_channel.HEAD.pack(direct_channel.MAX_FRAME_BYTES + 1, 0))
+        assert sock.recv(16) == b""  # closed by the host, nothing answered
+
+
+def test_a_greeting_of_another_protocol_is_refused_before_anything_is_unpickled(served):
+    server, _host, _loop = served
+
+    class Bomb:
+        def __reduce__(self):
+            return (pytest.fail, ("unpickled before the greeting matched",))
+
+    with socket.create_connection(server.address, timeout=5) as sock:
+        _greet(sock, server, b"rafka-direct-channel/99 ")
+        _send(sock, (0, "produce", ("t", 0, Bomb())))
+        assert sock.recv(16) == b""
+
+
+def test_large_buffers_travel_out_of_band_and_arrive_whole(served):
+    server, _host, _loop = served
+    payload = np.frombuffer(np.random.default_rng(1).bytes(3 << 20), dtype=np.uint8)
+    parts = direct_channel.frame((1, "produce", ("t", 0, payload)))
+    assert len(parts) == 2 and parts[1].nbytes == payload.nbytes  # not copied into the pickle
+    client = _client(server)
+    try:
+        answer = client.call("produce", "t", 0, payload).result(5)
+        assert np.array_equal(answer[2], payload)
+    finally:
+        client.close()
+
+
+def test_answers_are_frames_with_the_call_id(served):
+    server, _host, _loop = served
+    with socket.create_connection(server.address, timeout=5) as sock:
+        _greet(sock, server)
+        _send(sock, (41, "produce", ("t", 0, 5)))
+        head = sock.recv(direct_channel.HEAD.size, socket.MSG_WAITALL)
+        size, buffers = direct_channel.HEAD.unpack(head)
+        body = sock.recv(size, socket.MSG_WAITALL)
+        assert buffers == 0 and pickle.loads(body) == (41, True, (0, "", 5))
+
+
+def test_channels_are_on_unless_turned_off(monkeypatch):
+    monkeypatch.delenv("RAFKA_DIRECT_CHANNEL", raising=False)
+    assert direct_channel.enabled()
+    monkeypatch.setenv("RAFKA_DIRECT_CHANNEL", "0")
+    assert not direct_channel.enabled()

@@ -1,0 +1,181 @@
+"""Finding a host's direct channel (``HostChannels``) and waiting on channel calls through
+the clients' gateway, without Ray: fake host handles whose ``channel_address`` answers
+through a future the test completes."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import socket
+import threading
+import time
+
+import pytest
+
+from rafka.actors import host_channels
+from rafka.actors.direct_channel import ChannelServer
+from rafka.actors.handles import Gateway
+from rafka.actors.host_channels import HostChannels
+from rafka.errors import RequestTimedOut
+
+
+class _Remote:
+    def __init__(self, host) -> None:
+        self.host = host
+
+    def remote(self):
+        self.host.asked += 1
+        future = concurrent.futures.Future()
+        self.host.answers.append(future)
+
+        class _Ref:
+            def future(self):
+                return future
+
+        return _Ref()
+
+
+class FakeHost:
+    """A host handle: an actor id, and a ``channel_address`` method whose answers the test
+    sets (``answers[i]``)."""
+
+    def __init__(self, actor_id: str) -> None:
+        self._actor_id = actor_id
+        self.asked = 0
+        self.answers: list[concurrent.futures.Future] = []
+        self.channel_address = _Remote(self)
+
+
+@pytest.fixture
+def server():
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def echo(*args):
+        return args
+
+    async def start():
+        s = ChannelServer({"fetch": echo})
+        await s.start("127.0.0.1")
+        return s
+
+    s = asyncio.run_coroutine_threadsafe(start(), loop).result(5)
+    try:
+        yield s
+    finally:
+        loop.call_soon_threadsafe(s.close)
+        time.sleep(0.05)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def _settled(channels: HostChannels, host) -> None:
+    """Wait until the background set-up for ``host`` has ended."""
+    entry = channels._by_host[host._actor_id]
+    if isinstance(entry, concurrent.futures.Future):
+        entry.result(5)
+
+
+def test_the_first_ask_sends_for_the_address_and_a_later_one_connects(server):
+    channels, host = HostChannels(), FakeHost("h1")
+    try:
+        assert channels.channel(host) is None and host.asked == 1
+        assert channels.channel(host) is None and host.asked == 1  # still being asked
+        host.answers[0].set_result((*server.address, server.token))
+        _settled(channels, host)
+        channel = channels.channel(host)
+        assert channel is not None and channel.call("fetch", 1).result(5) == (1,)
+        assert channels.channel(host) is channel
+    finally:
+        channels.close()
+
+
+def test_a_host_without_a_channel_is_asked_again_only_after_a_while(monkeypatch):
+    channels, host = HostChannels(), FakeHost("h2")
+    now = [1000.0]
+    monkeypatch.setattr(host_channels.time, "monotonic", lambda: now[0])
+    channels.channel(host)
+    host.answers[0].set_result(None)  # channels are off at that host
+    _settled(channels, host)
+    assert channels.channel(host) is None
+    assert channels.channel(host) is None and host.asked == 1
+    now[0] += host_channels.RETRY_AFTER_S + 0.1
+    assert channels.channel(host) is None and host.asked == 2
+
+
+def test_a_dead_host_or_an_unreachable_address_falls_back_to_actor_calls():
+    channels, dead, unreachable = HostChannels(), FakeHost("h3"), FakeHost("h4")
+    channels.channel(dead)
+    dead.answers[0].set_exception(RuntimeError("the actor died"))
+    _settled(channels, dead)
+    assert channels.channel(dead) is None and dead.asked == 1
+    channels.channel(unreachable)
+    unreachable.answers[0].set_result(("127.0.0.1", _unused_port(), b"t"))
+    _settled(channels, unreachable)
+    assert channels.channel(unreachable) is None and unreachable.asked == 1
+    retry_at = channels._by_host[unreachable._actor_id]
+    assert retry_at - time.monotonic() > host_channels.RETRY_AFTER_S  # the longer wait
+
+
+def test_a_channel_that_ended_is_looked_up_again(server):
+    channels, host = HostChannels(), FakeHost("h5")
+    try:
+        channels.channel(host)
+        host.answers[0].set_result((*server.address, server.token))
+        _settled(channels, host)
+        first = channels.channel(host)
+        first.close()
+        assert first.closed
+        assert channels.channel(host) is None and host.asked == 2
+        host.answers[1].set_result((*server.address, server.token))
+        _settled(channels, host)
+        assert channels.channel(host) not in (None, first)
+    finally:
+        channels.close()
+
+
+def test_channels_turned_off_make_no_lookups(monkeypatch):
+    monkeypatch.setenv("RAFKA_DIRECT_CHANNEL", "0")
+    channels, host = HostChannels(), FakeHost("h6")
+    assert channels.channel(host) is None and host.asked == 0
+
+
+def _unused_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the gateway's waits on channel futures ------------------------------------------------------
+
+
+def _done(value) -> concurrent.futures.Future:
+    f = concurrent.futures.Future()
+    f.set_result(value)
+    return f
+
+
+def test_wait_returns_once_enough_channel_calls_are_answered_in_their_order():
+    a, b, c = concurrent.futures.Future(), _done(2), concurrent.futures.Future()
+    ready, waiting = Gateway.wait([a, b, c], 1, timeout_s=5)
+    assert ready == [b] and waiting == [a, c]
+    threading.Timer(0.05, a.set_result, (1,)).start()
+    ready, waiting = Gateway.wait([a, b, c], 2, timeout_s=5)
+    assert ready == [a, b] and waiting == [c]
+
+
+def test_wait_gives_up_after_its_timeout():
+    pending = concurrent.futures.Future()
+    started = time.monotonic()
+    assert Gateway.wait([pending], 1, timeout_s=0.05) == ([], [pending])
+    assert time.monotonic() - started >= 0.05
+
+
+def test_get_of_a_channel_call_that_does_not_answer_in_time_is_request_timed_out():
+    with pytest.raises(RequestTimedOut, match="a partition replica did not answer"):
+        Gateway.get(concurrent.futures.Future(), 0.01)
+    assert Gateway.get([_done(1), _done(2)], 1) == [1, 2]
+    assert Gateway.future(fut := _done(3)) is fut
