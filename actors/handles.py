@@ -59,7 +59,6 @@ class Gateway:
         self._replicas: dict[str, Any] = {}
         self._controller = None
         self._lock = threading.Lock()
-        self.channels = host_channels.shared()
 
     def reset(self) -> None:
         """Forget every cached handle (after the services were stopped or restarted)."""
@@ -166,7 +165,8 @@ class Gateway:
         """The leader's answer to a produce request: a pending result for ``get``, ``wait``
         and ``future`` (a direct channel's future, or an object ref)."""
         args = (as_array(batch), acks, timeout_ms, client_id, request_no, transactional_id)
-        return self._replica_call(replica, "produce", args)
+        channel = host_channels.shared().for_request(replica.host, client_id, request_no)
+        return self._call(replica, channel, "produce", args)
 
     def fetch(self, replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
         return self._replica_call(replica, "fetch", (offset, max_bytes, min_bytes, max_wait_ms))
@@ -179,7 +179,10 @@ class Gateway:
     def _replica_call(self, replica, method: str, args: tuple):
         """``method`` of ``replica`` over its host's direct channel when there is one, else
         as an actor call (``host_channels``)."""
-        channel = self.channels.channel(replica.host)
+        return self._call(replica, host_channels.shared().channel(replica.host), method, args)
+
+    @staticmethod
+    def _call(replica, channel, method: str, args: tuple):
         if channel is not None:
             return channel.call(method, replica.topic_id, replica.partition, *args)
         return getattr(replica, method).remote(*args)
@@ -243,7 +246,8 @@ class Gateway:
 
     @staticmethod
     def future(ref) -> concurrent.futures.Future:
-        """A concurrent future for ``ref``; its exception is already a rafka error."""
+        """A concurrent future for ``ref``; its exception is the host's own error (a rafka
+        error for every failure the host means), or BrokerNotAvailable for a host gone."""
         if isinstance(ref, Future):
             return ref  # a channel's: its errors are the host's own
         out: concurrent.futures.Future = concurrent.futures.Future()

@@ -14,18 +14,26 @@ has none (channels off there, its address unreachable from here) is asked again 
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import os
 import threading
 import time
 from typing import Any
 
-from rafka.actors.direct_channel import ChannelClient, enabled
+from rafka.actors.channel_client import ChannelClient
+from rafka.actors.direct_channel import enabled
 
 #: Seconds before a host that gave no channel (dead, restarting, channels off) is asked again.
 RETRY_AFTER_S = 5.0
 #: Seconds before a host whose channel could not be reached from here is tried again (a
 #: driver outside the cluster's network, through Ray Client).
 UNREACHABLE_RETRY_S = 60.0
+#: Seconds before a host whose channel ended is asked again (a host refusing every
+#: connection, or restarting, is not asked in a loop).
+RECONNECT_AFTER_S = 0.5
+#: Producer sessions remembered as started over actor calls (``for_request``).
+PINNED_SESSIONS = 4096
 
 
 class HostChannels:
@@ -34,13 +42,15 @@ class HostChannels:
         # or the monotonic time before which not to ask again); or that time.
         self._by_host: dict[Any, Any] = {}
         self._lock = threading.Lock()
+        # Numbered request sessions whose request 0 went as an actor call, oldest first.
+        self._actor_sessions: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     def channel(self, host) -> ChannelClient | None:
         """The connected channel to ``host`` (a ReplicaHost actor handle), or None for now.
         Never waits: a lookup runs in the background."""
-        if not enabled():
+        key = getattr(host, "_actor_id", None)  # None: not an actor (an in-process host)
+        if key is None or not enabled():
             return None
-        key = host._actor_id
         entry = self._by_host.get(key)
         if isinstance(entry, ChannelClient) and not entry.closed:
             return entry
@@ -53,10 +63,34 @@ class HostChannels:
             if isinstance(entry, ChannelClient):
                 if not entry.closed:
                     return entry
-            elif isinstance(entry, float) and time.monotonic() < entry:
+                self._by_host[key] = time.monotonic() + RECONNECT_AFTER_S
                 return None
-            self._by_host[key] = _set_up(host)  # ended, or time to ask again
+            if isinstance(entry, float) and time.monotonic() < entry:
+                return None
+            self._by_host[key] = _set_up(host)  # time to ask
             return None
+
+    def for_request(self, host, session: str, request_no: int) -> ChannelClient | None:
+        """The channel for request ``request_no`` of a numbered session (a producer's
+        requests to one partition, appended in number order), or None for an actor call.
+        A session keeps the way its request 0 went: a request sent over a channel that came
+        up meanwhile could overtake an earlier actor call by more than the leader waits for
+        a new session's request 0 (``RequestOrder``). Unnumbered requests (-1) go either
+        way."""
+        channel = self.channel(host)
+        if request_no < 0:
+            return channel
+        with self._lock:
+            if request_no == 0:
+                if channel is None:
+                    self._actor_sessions[session] = None
+                    if len(self._actor_sessions) > PINNED_SESSIONS:
+                        self._actor_sessions.popitem(last=False)
+                else:
+                    self._actor_sessions.pop(session, None)
+            elif session in self._actor_sessions:
+                return None
+        return channel
 
     def close(self) -> None:
         """Close every channel (the process is done with the cluster)."""
@@ -103,3 +137,13 @@ _shared = HostChannels()
 def shared() -> HostChannels:
     """This process's channels (one connection per host, whoever calls it)."""
     return _shared
+
+
+def _forget_after_fork() -> None:
+    """A forked child shares its parent's sockets but not their threads: it starts with no
+    channels, so no answer meant for the parent is read here, nor the other way round."""
+    global _shared
+    _shared = HostChannels()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -17,6 +17,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from rafka.actors import host_channels
+from rafka.actors.direct_channel import CHANNEL_METHODS
 from rafka.actors.handles import Gateway, _translate, as_array
 from rafka.actors.replica_handle import leader_host
 from rafka.errors import (
@@ -34,17 +35,18 @@ STALE_LEADER_ERRORS = (NotLeaderOrFollower, LeaderNotAvailable, UnknownTopicOrPa
 CONTROLLER_TIMEOUT_S = 30.0
 
 
-def _submit(replica, method: str, args: tuple) -> tuple[Awaitable[Any], Callable[[], None]]:
+def _submit(replica, method: str, args: tuple, channel=None) -> tuple[Awaitable[Any],
+                                                                     Callable[[], None]]:
     """``method`` of ``replica`` submitted now: (its answer to await, a function that stops
-    it), over the host's direct channel when there is one, else as an actor call."""
-    channel = host_channels.shared().channel(replica.host)
+    it), over ``channel`` (or the host's direct channel, for the methods channels serve)
+    when there is one, else as an actor call."""
+    if channel is None and method in CHANNEL_METHODS:
+        channel = host_channels.shared().channel(replica.host)
     if channel is not None:
         future = channel.call(method, replica.topic_id, replica.partition, *args)
         return asyncio.wrap_future(future), lambda: channel.cancel(future)
     ref = getattr(replica, method).remote(*args)
     return ref, lambda: ray.cancel(ref)
-#: Pause between tries while the controller restarts, s.
-CONTROLLER_RETRY_S = 0.2
 
 
 class KafkaBackend:
@@ -55,6 +57,9 @@ class KafkaBackend:
         # topic -> (topic id, [(leader, leader epoch, host slot) per partition])
         self._leaders: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
         self._loading: dict[str, asyncio.Future] = {}  # topic -> its read in flight
+        # client id at a leader -> how many times its produce numbering started over (a
+        # failed call may have taken a number the leader never saw: see ``produce``).
+        self._numberings: dict[str, int] = {}
 
     # -- controller ----------------------------------------------------------------------------
 
@@ -178,7 +183,7 @@ class KafkaBackend:
             # records first) ends now rather than at max_wait_ms.
             cancel()
             raise
-        except (RayTaskError, RayActorError, RafkaError) as e:
+        except Exception as e:
             self.forget(topic)
             raise _translate(e, f"the leader of {topic}-{partition}") from None
 
@@ -192,18 +197,27 @@ class KafkaBackend:
         request among the client's requests to that leader (kept in order there), and
         ``submitted()`` is called once the call is sent."""
         replica, leader = await self._leader_replica(topic, partition)
-        client_id = f"{client_key}@{leader}"
+        at_leader = f"{client_key}@{leader}"
+        started_over = self._numberings.get(at_leader, 0)
+        client_id = f"{at_leader}#{started_over}" if started_over else at_leader
+        request_no = number_of(client_id)
+        channel = host_channels.shared().for_request(replica.host, client_id, request_no)
         try:
             answer, _ = _submit(replica, "produce", (
-                as_array(batches), acks, timeout_ms, client_id, number_of(client_id),
-                transactional_id,
-            ))  # fmt: skip
+                as_array(batches), acks, timeout_ms, client_id, request_no, transactional_id,
+            ), channel)  # fmt: skip
             if submitted is not None:
                 submitted()
             answer = await answer
-        except (RayTaskError, RayActorError, RafkaError) as e:
+        except Exception as e:
             self.forget(topic)
-            raise _translate(e, f"the leader of {topic}-{partition}") from None
+            if not isinstance(e, RafkaError) or isinstance(e, BrokerNotAvailable):
+                # The call may have ended before the leader took its number (a connection
+                # that broke): later requests under this id would wait for it there.
+                self._numberings[at_leader] = started_over + 1
+            if isinstance(e, (RayTaskError, RayActorError)):
+                raise _translate(e, f"the leader of {topic}-{partition}") from None
+            raise
         if answer[0] in _STALE_ERRNOS:
             self.forget(topic)
         return answer

@@ -12,8 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from rafka.actors import direct_channel
-from rafka.actors.direct_channel import ChannelClient, ChannelClosed, ChannelServer
+from rafka.actors import channel_client, direct_channel
+from rafka.actors.channel_client import ChannelClient, ChannelClosed
+from rafka.actors.direct_channel import ChannelServer
 from rafka.errors import BrokerNotAvailable, NotLeaderOrFollower, RafkaError
 
 
@@ -204,8 +205,8 @@ def _greet(sock, server, greeting: bytes = direct_channel.GREETING) -> None:
     sock.sendall(greeting + server.token)
 
 
-def _send(sock, body) -> None:
-    for part in direct_channel.frame(body):
+def _send(sock, call_id: int, method: str, args: tuple) -> None:
+    for part in direct_channel.encode(call_id, direct_channel.REQUEST, (method, args)):
         sock.sendall(part)
 
 
@@ -213,7 +214,8 @@ def test_a_frame_over_the_limit_closes_the_connection(served):
     server, _host, _loop = served
     with socket.create_connection(server.address, timeout=5) as sock:
         _greet(sock, server)
-        sock.sendall(direct_channel.HEAD.pack(direct_channel.MAX_FRAME_BYTES + 1, 0))
+        sock.sendall(direct_channel.HEAD.pack(1, direct_channel.REQUEST,
+                                              direct_channel.MAX_FRAME_BYTES + 1, 0))
         assert sock.recv(16) == b""  # closed by the host, nothing answered
 
 
@@ -226,14 +228,14 @@ def test_a_greeting_of_another_protocol_is_refused_before_anything_is_unpickled(
 
     with socket.create_connection(server.address, timeout=5) as sock:
         _greet(sock, server, b"rafka-direct-channel/99 ")
-        _send(sock, (0, "produce", ("t", 0, Bomb())))
+        _send(sock, 0, "produce", ("t", 0, Bomb()))
         assert sock.recv(16) == b""
 
 
 def test_large_buffers_travel_out_of_band_and_arrive_whole(served):
     server, _host, _loop = served
     payload = np.frombuffer(np.random.default_rng(1).bytes(3 << 20), dtype=np.uint8)
-    parts = direct_channel.frame((1, "produce", ("t", 0, payload)))
+    parts = direct_channel.encode(1, direct_channel.REQUEST, ("produce", ("t", 0, payload)))
     assert len(parts) == 2 and parts[1].nbytes == payload.nbytes  # not copied into the pickle
     client = _client(server)
     try:
@@ -247,11 +249,12 @@ def test_answers_are_frames_with_the_call_id(served):
     server, _host, _loop = served
     with socket.create_connection(server.address, timeout=5) as sock:
         _greet(sock, server)
-        _send(sock, (41, "produce", ("t", 0, 5)))
+        _send(sock, 41, "produce", ("t", 0, 5))
         head = sock.recv(direct_channel.HEAD.size, socket.MSG_WAITALL)
-        size, buffers = direct_channel.HEAD.unpack(head)
+        call_id, kind, size, buffers = direct_channel.HEAD.unpack(head)
         body = sock.recv(size, socket.MSG_WAITALL)
-        assert buffers == 0 and pickle.loads(body) == (41, True, (0, "", 5))
+        assert (call_id, kind, buffers) == (41, direct_channel.ANSWER, 0)
+        assert pickle.loads(body) == (0, "", 5)
 
 
 def test_channels_are_on_unless_turned_off(monkeypatch):
@@ -259,3 +262,172 @@ def test_channels_are_on_unless_turned_off(monkeypatch):
     assert direct_channel.enabled()
     monkeypatch.setenv("RAFKA_DIRECT_CHANNEL", "0")
     assert not direct_channel.enabled()
+
+
+# -- flow control, failures and limits -----------------------------------------------------------
+
+
+class Loaded:
+    """A host whose ``busy`` blocks its event loop, whose ``poll`` long-polls, whose ``big``
+    answers 8 MiB, and whose ``unreadable`` answers what the caller cannot unpickle."""
+
+    def __init__(self) -> None:
+        self.big_calls = 0
+
+    async def busy(self, *args):
+        time.sleep(0.2)  # the loop held, as by a long append
+        return "busy"
+
+    async def poll(self, *args):
+        await asyncio.sleep(0.1)
+        return "polled"
+
+    async def big(self, *args):
+        self.big_calls += 1
+        return np.zeros(8 << 20, dtype=np.uint8)
+
+    async def unreadable(self, *args):
+        return _Unreadable()
+
+    async def produce(self, *args):
+        return "ok"
+
+
+def _fails_to_load():
+    raise ImportError("no module named host_only")
+
+
+class _Unreadable:
+    def __reduce__(self):
+        return (_fails_to_load, ())
+
+
+@pytest.fixture
+def loaded(monkeypatch):
+    monkeypatch.setattr(direct_channel, "MAX_IN_FLIGHT", 3)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    host = Loaded()
+
+    async def make():
+        server = ChannelServer({name: getattr(host, name) for name in
+                                ("busy", "poll", "big", "unreadable", "produce")})  # fmt: skip
+        await server.start("127.0.0.1")
+        return server
+
+    server = asyncio.run_coroutine_threadsafe(make(), loop).result(5)
+    try:
+        yield server, host, loop
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        time.sleep(0.05)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def test_a_cancel_read_before_its_call_started_frees_the_calls_place(loaded):
+    server, _host, _loop = loaded
+    client = _client(server)
+    try:
+        for _ in range(direct_channel.MAX_IN_FLIGHT + 1):
+            client.call("busy", "t", 0)  # the loop is held: the next two arrive together
+            client.cancel(client.call("poll", "t", 0))
+            time.sleep(0.3)
+        assert client.call("produce", "t", 0).result(3) == "ok"
+    finally:
+        client.close()
+
+
+def test_a_host_that_stopped_reading_never_blocks_a_caller():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = ChannelClient(listener.getsockname(), b"0" * direct_channel.TOKEN_BYTES)
+        peer, _ = listener.accept()  # accepted, never read
+        try:
+            payload = np.zeros(16 << 20, dtype=np.uint8)
+            started = time.monotonic()
+            calls = [client.call("produce", "t", 0, payload) for _ in range(8)]
+            assert time.monotonic() - started < 2.0  # 128 MiB queued, nothing waited on
+            assert not any(call.done() for call in calls)
+        finally:
+            peer.close()
+            client.close()
+
+
+def test_client_connections_notice_a_silent_peer(served):
+    server, _host, _loop = served
+    client = _client(server)
+    try:
+        sock = client._sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == (
+            channel_client.KEEPALIVE_IDLE_S
+        )
+        assert 0 < sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) <= 30_000
+    finally:
+        client.close()
+
+
+def test_an_answer_the_caller_cannot_read_fails_only_its_call(loaded):
+    server, _host, _loop = loaded
+    client = _client(server)
+    try:
+        waiting = client.call("poll", "t", 0)
+        with pytest.raises(RafkaError, match="could not be read.*host_only") as failed:
+            client.call("unreadable", "t", 0).result(5)
+        assert not failed.value.retriable
+        assert waiting.result(5) == "polled" and not client.closed
+    finally:
+        client.close()
+
+
+def test_a_reader_that_stopped_holds_at_most_max_in_flight_answers_at_the_host(loaded):
+    server, host, _loop = loaded
+    with socket.create_connection(server.address, timeout=5) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        _greet(sock, server)
+        for call_id in range(20):
+            _send(sock, call_id, "big", ("t", 0))
+        time.sleep(1.0)
+        assert host.big_calls <= direct_channel.MAX_IN_FLIGHT + 1
+
+
+def test_a_connection_that_never_greets_is_closed(served, monkeypatch):
+    server, _host, _loop = served
+    monkeypatch.setattr(direct_channel, "GREETING_TIMEOUT_S", 0.2)
+    with socket.create_connection(server.address, timeout=5) as sock:
+        assert sock.recv(16) == b""  # closed by the host after the timeout
+
+
+def test_concurrent_starts_share_one_listener():
+    loop = asyncio.new_event_loop()
+    try:
+        server = ChannelServer({})
+
+        async def both():
+            return await asyncio.gather(server.start("127.0.0.1"), server.start("127.0.0.1"))
+
+        first, second = loop.run_until_complete(both())
+        assert first == second
+        server.close()
+    finally:
+        loop.close()
+
+
+def test_a_callback_that_calls_again_when_the_connection_ends_does_not_deadlock(served):
+    server, host, loop = served
+    client = _client(server)
+    retried: list = []
+    try:
+        waiting = client.call("slow", "t", 0)
+        waiting.add_done_callback(lambda _: retried.append(client.call("produce", "t", 0, 1)))
+        loop.call_soon_threadsafe(server.close)
+        for thread in client._threads:
+            thread.join(5)
+            assert not thread.is_alive()
+        assert retried and isinstance(retried[0].exception(5), ChannelClosed)
+    finally:
+        client.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import socket
 import threading
 import time
@@ -128,12 +129,41 @@ def test_a_channel_that_ended_is_looked_up_again(server):
         first = channels.channel(host)
         first.close()
         assert first.closed
+        assert channels.channel(host) is None and host.asked == 1  # not at once: a backoff
+        time.sleep(host_channels.RECONNECT_AFTER_S + 0.05)
         assert channels.channel(host) is None and host.asked == 2
         host.answers[1].set_result((*server.address, server.token))
         _settled(channels, host)
         assert channels.channel(host) not in (None, first)
     finally:
         channels.close()
+
+
+def test_a_numbered_session_keeps_the_way_its_first_request_went(server):
+    channels, host = HostChannels(), FakeHost("h7")
+    try:
+        assert channels.for_request(host, "p.1", 0) is None  # no channel yet: actor call
+        host.answers[0].set_result((*server.address, server.token))
+        _settled(channels, host)
+        assert channels.for_request(host, "p.1", 1) is None  # still actor calls
+        assert channels.for_request(host, "p.1", 2) is None
+        assert channels.for_request(host, "p.2", 0) is not None  # a new session: channel
+        assert channels.for_request(host, "p.2", 1) is not None
+        assert channels.for_request(host, "p.3", -1) is not None  # unnumbered: either way
+    finally:
+        channels.close()
+
+
+def test_forked_children_start_with_no_channels():
+    parent = host_channels.shared()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once
+        os.write(write, b"1" if host_channels.shared() is not parent else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert host_channels.shared() is parent
 
 
 def test_channels_turned_off_make_no_lookups(monkeypatch):

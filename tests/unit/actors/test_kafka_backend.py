@@ -4,7 +4,12 @@ want it at once."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
+import pytest
+
+from rafka.actors import host_channels
+from rafka.actors.channel_client import ChannelClosed
 from rafka.actors.kafka_backend import KafkaBackend
 
 
@@ -38,3 +43,101 @@ def test_concurrent_requests_for_a_topic_not_cached_read_it_once():
     reads, epochs = asyncio.run(run())
     assert epochs == [3] * 8
     assert reads <= 2  # the first load, and at most one re-read for the newer epoch
+
+
+# -- calls to the leader: direct channel or actor call ------------------------------------------
+
+
+class _Channel:
+    """A direct channel whose produce calls fail as a broken connection does (``broken``)
+    or answer, recording (method, args)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.broken = False
+
+    def call(self, method, *args):
+        self.calls.append((method, args))
+        future = concurrent.futures.Future()
+        if self.broken:
+            future.set_exception(ChannelClosed("the connection ended; retry"))
+        else:
+            future.set_result((0, "", 0, [(0, "", 0, -1)]))
+        return future
+
+    def cancel(self, future) -> None:
+        pass
+
+
+class _Channels:
+    def __init__(self, channel) -> None:
+        self._channel = channel
+
+    def channel(self, host):
+        return self._channel
+
+    def for_request(self, host, session, request_no):
+        return self._channel
+
+
+class _ActorMethod:
+    def __init__(self, calls: list, name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def remote(self, *args):
+        self.calls.append((self.name, args))
+        future = concurrent.futures.Future()
+        future.set_result((0, "", 7, -1))
+        return asyncio.wrap_future(future)
+
+
+class _Replica:
+    topic_id, partition, host = "id", 0, object()
+
+    def __init__(self) -> None:
+        self.actor_calls: list[tuple] = []
+
+    def __getattr__(self, method):
+        return _ActorMethod(self.actor_calls, method)
+
+
+class _LeaderBackend(KafkaBackend):
+    def __init__(self, replica) -> None:
+        super().__init__("test")
+        self.replica = replica
+
+    async def _leader_replica(self, topic, partition):
+        return self.replica, 1
+
+
+def test_calls_channels_do_not_serve_go_as_actor_calls_when_a_channel_is_up(monkeypatch):
+    channel, replica = _Channel(), _Replica()
+    monkeypatch.setattr(host_channels, "shared", lambda: _Channels(channel))
+    answer = asyncio.run(_LeaderBackend(replica).list_offset("t", 0, -1, False))
+    assert answer == (0, "", 7, -1)
+    assert [name for name, _ in replica.actor_calls] == ["list_offset"] and not channel.calls
+
+
+def test_a_produce_lost_with_its_connection_starts_the_numbering_over(monkeypatch):
+    """The lost request's number never reached the leader: later requests under the same id
+    would wait for it there until their timeout."""
+    channel, numbers = _Channel(), {}
+    monkeypatch.setattr(host_channels, "shared", lambda: _Channels(channel))
+
+    def number_of(client_id: str) -> int:
+        numbers[client_id] = numbers.get(client_id, -1) + 1
+        return numbers[client_id]
+
+    async def run():
+        backend = _LeaderBackend(_Replica())
+        produce = lambda: backend.produce("t", 0, b"x", 1, 1000, "k/1", number_of, None)  # noqa: E731
+        await produce()
+        channel.broken = True
+        with pytest.raises(ChannelClosed):
+            await produce()
+        channel.broken = False
+        await produce()
+
+    asyncio.run(run())
+    sent = [(args[5], args[6]) for _, args in channel.calls]  # (client id, request number)
+    assert sent == [("k/1@1", 0), ("k/1@1", 1), ("k/1@1#1", 0)]

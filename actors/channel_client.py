@@ -1,0 +1,209 @@
+"""The caller's end of a direct channel (``direct_channel``): one connection to a replica
+host, used by any thread and by event loops.
+
+``call`` never blocks: it queues the request's frame and returns a concurrent future; a
+writer thread sends queued frames in the order they were queued, and a reader thread
+completes futures as answers come. Futures are completed outside the lock, so a done
+callback may call again.
+
+Failure: a connection that ends (the host closed it or died, a send or read failed, or TCP
+gave up on a silent peer: keepalive probes after ``KEEPALIVE_IDLE_S`` idle, and
+``USER_TIMEOUT_MS`` for data the peer does not acknowledge) fails every call waiting on it
+with ChannelClosed, a BrokerNotAvailable (retriable, as for a dead actor). An answer this
+process cannot unpickle fails only its own call, not retriable.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import itertools
+import socket
+import threading
+from typing import Any
+
+from rafka.actors.direct_channel import (
+    ANSWER,
+    CANCEL,
+    ERROR,
+    GREETING,
+    HEAD,
+    REQUEST,
+    SIZE,
+    buffer_sizes,
+    check_sizes,
+    decode,
+    encode,
+)
+from rafka.errors import BrokerNotAvailable, RafkaError
+
+#: Seconds to connect to a host before the caller falls back to actor calls.
+CONNECT_TIMEOUT_S = 2.0
+#: TCP keepalive: probes after this many idle seconds, every KEEPALIVE_INTERVAL_S, and the
+#: connection ends after KEEPALIVE_PROBES unanswered (a host whose node lost power).
+KEEPALIVE_IDLE_S = 5
+KEEPALIVE_INTERVAL_S = 2
+KEEPALIVE_PROBES = 3
+#: Data the host does not acknowledge for this long ends the connection (ms).
+USER_TIMEOUT_MS = 15_000
+
+
+class ChannelClosed(BrokerNotAvailable):
+    """The connection to a host ended with the call unanswered (retriable)."""
+
+
+class ChannelClient:
+    """One connection to the host at ``address`` that knows ``token``. Thread-safe."""
+
+    def __init__(self, address: tuple[str, int], token: bytes,
+                 timeout_s: float = CONNECT_TIMEOUT_S) -> None:  # fmt: skip
+        self.address = address
+        self._sock = sock = socket.create_connection(address, timeout=timeout_s)
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+        sock.sendall(GREETING + token)
+        self._lock = threading.Lock()
+        self._queued = threading.Condition(self._lock)
+        self._outbox: collections.deque[list] = collections.deque()  # frames to send
+        self._pending: dict[int, concurrent.futures.Future] = {}
+        self._ids = itertools.count()
+        self.closed = False
+        self._threads = [
+            threading.Thread(target=self._write_frames, name="rafka-channel-out", daemon=True),
+            threading.Thread(target=self._read_answers, name="rafka-channel-in", daemon=True),
+        ]  # fmt: skip
+        for thread in self._threads:
+            thread.start()
+
+    def call(self, method: str, *args: Any) -> concurrent.futures.Future:
+        """Send ``method(*args)`` to the host; the future holds its answer or error."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        call_id = next(self._ids)
+        try:
+            parts = encode(call_id, REQUEST, (method, args))
+        except Exception as e:  # noqa: BLE001 - the caller's bad argument fails its call only
+            future.set_exception(RafkaError(f"the arguments of {method} could not be sent "
+                                            f"to the host: {type(e).__name__}: {e}"))  # fmt: skip
+            return future
+        with self._lock:
+            if not self.closed:
+                future.call_id = call_id  # for ``cancel``
+                self._pending[call_id] = future
+                self._outbox.append(parts)
+                self._queued.notify()
+                return future
+        future.set_exception(ChannelClosed(f"the channel to {self.address} is closed; retry"))
+        return future
+
+    def cancel(self, future: concurrent.futures.Future) -> None:
+        """Stop waiting for the call of ``future``: the host cancels it, and the future is
+        cancelled here (a no-op once answered)."""
+        call_id = getattr(future, "call_id", None)
+        with self._lock:
+            if self.closed or self._pending.pop(call_id, None) is not future:
+                return
+            self._outbox.append(encode(call_id, CANCEL))
+            self._queued.notify()
+        future.cancel()
+
+    def close(self) -> None:
+        self._end("the caller closed the channel")
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+
+    # -- the threads -------------------------------------------------------------------------
+
+    def _write_frames(self) -> None:
+        while True:
+            with self._lock:
+                while not self._outbox and not self.closed:
+                    self._queued.wait()
+                if self.closed:
+                    return
+                parts = self._outbox.popleft()
+            try:
+                for part in parts:
+                    self._sock.sendall(part)
+            except OSError as e:
+                self._end(f"sending failed ({e})")
+                return
+
+    def _read_answers(self) -> None:
+        reason = "the host closed the connection"
+        try:
+            while True:
+                head = self._read_exactly(HEAD.size)
+                if head is None:
+                    break
+                call_id, kind, size, count = HEAD.unpack(head)
+                sizes = buffer_sizes(self._read_exactly(count * SIZE.size) or b"", count)
+                check_sizes(size, sizes)
+                data = self._read_exactly(size)
+                buffers = [self._read_exactly(n) for n in sizes]
+                if data is None or None in buffers:
+                    break
+                self._complete(call_id, kind, data, buffers)
+        except Exception as e:  # noqa: BLE001 - any failure ends the connection
+            reason = f"reading from the host failed ({type(e).__name__}: {e})"
+        self._end(reason)
+        self._sock.close()
+
+    def _complete(self, call_id: int, kind: int, data, buffers: list) -> None:
+        with self._lock:
+            future = self._pending.pop(call_id, None)
+        if future is None:
+            return  # cancelled by its caller
+        try:
+            value = decode(data, buffers)
+        except Exception as e:  # noqa: BLE001 - this call's answer only
+            kind, value = ERROR, RafkaError(
+                f"the host's answer could not be read here ({type(e).__name__}: {e}); "
+                "is this process's rafka the cluster's version?"
+            )
+        try:
+            if kind == ANSWER:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+        except concurrent.futures.InvalidStateError:
+            pass  # its caller cancelled it meanwhile
+
+    def _read_exactly(self, size: int) -> bytearray | None:
+        buf = bytearray(size)
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = self._sock.recv_into(view[got:])
+            if n == 0:
+                return None
+            got += n
+        return buf
+
+    def _end(self, reason: str) -> None:
+        """End the connection and fail every call waiting on it (outside the lock: their
+        callbacks may call again)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            pending, self._pending = self._pending, {}
+            self._outbox.clear()
+            self._queued.notify_all()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
+        except OSError:
+            pass
+        for future in pending.values():
+            try:
+                future.set_exception(ChannelClosed(
+                    f"the connection to the replica host at {self.address} ended: {reason}; "
+                    "retry"
+                ))
+            except concurrent.futures.InvalidStateError:
+                pass  # cancelled by its caller
