@@ -165,8 +165,12 @@ class Gateway:
         """The leader's answer to a produce request: a pending result for ``get``, ``wait``
         and ``future`` (a direct channel's future, or an object ref)."""
         args = (as_array(batch), acks, timeout_ms, client_id, request_no, transactional_id)
-        channel = host_channels.shared().for_request(replica.host, client_id, request_no)
-        return self._call(replica, channel, "produce", args)
+        channels = host_channels.shared()
+        channel = channels.for_request(replica.host, client_id, request_no)
+        answer = self._call(replica, channel, "produce", args)
+        if channel is None and request_no >= 0:
+            channels.sent_as_actor_call(client_id, answer.future())
+        return answer
 
     def fetch(self, replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
         return self._replica_call(replica, "fetch", (offset, max_bytes, min_bytes, max_wait_ms))

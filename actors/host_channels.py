@@ -32,7 +32,7 @@ UNREACHABLE_RETRY_S = 60.0
 #: Seconds before a host whose channel ended is asked again (a host refusing every
 #: connection, or restarting, is not asked in a loop).
 RECONNECT_AFTER_S = 0.5
-#: Producer sessions remembered as started over actor calls (``for_request``).
+#: Sessions with actor calls in flight remembered at most (``for_request``).
 PINNED_SESSIONS = 4096
 
 
@@ -42,8 +42,8 @@ class HostChannels:
         # or the monotonic time before which not to ask again); or that time.
         self._by_host: dict[Any, Any] = {}
         self._lock = threading.Lock()
-        # Numbered request sessions whose request 0 went as an actor call, oldest first.
-        self._actor_sessions: collections.OrderedDict[str, None] = collections.OrderedDict()
+        # Numbered request sessions -> their actor calls not answered yet, oldest first.
+        self._actor_calls: collections.OrderedDict[str, int] = collections.OrderedDict()
 
     def channel(self, host) -> ChannelClient | None:
         """The connected channel to ``host`` (a ReplicaHost actor handle), or None for now.
@@ -72,25 +72,38 @@ class HostChannels:
 
     def for_request(self, host, session: str, request_no: int) -> ChannelClient | None:
         """The channel for request ``request_no`` of a numbered session (a producer's
-        requests to one partition, appended in number order), or None for an actor call.
-        A session keeps the way its request 0 went: a request sent over a channel that came
-        up meanwhile could overtake an earlier actor call by more than the leader waits for
-        a new session's request 0 (``RequestOrder``). Unnumbered requests (-1) go either
-        way."""
+        requests to one partition, appended in number order), or None for an actor call;
+        the caller then reports it with ``sent_as_actor_call``. A session moves from actor
+        calls to the channel only when none of its actor calls is unanswered: a request on
+        a channel that came up meanwhile could overtake an earlier actor call by more than
+        the leader waits for a new session's request 0 (``RequestOrder``). Unnumbered
+        requests (-1) go either way."""
         channel = self.channel(host)
         if request_no < 0:
             return channel
         with self._lock:
-            if request_no == 0:
-                if channel is None:
-                    self._actor_sessions[session] = None
-                    if len(self._actor_sessions) > PINNED_SESSIONS:
-                        self._actor_sessions.popitem(last=False)
-                else:
-                    self._actor_sessions.pop(session, None)
-            elif session in self._actor_sessions:
-                return None
-        return channel
+            if channel is not None and not self._actor_calls.get(session):
+                self._actor_calls.pop(session, None)
+                return channel
+        return None
+
+    def sent_as_actor_call(self, session: str, answer: concurrent.futures.Future) -> None:
+        """A numbered request of ``session`` went as an actor call; ``answer`` completes
+        with it."""
+        with self._lock:
+            self._actor_calls[session] = self._actor_calls.get(session, 0) + 1
+            self._actor_calls.move_to_end(session)
+            if len(self._actor_calls) > PINNED_SESSIONS:
+                self._actor_calls.popitem(last=False)
+        answer.add_done_callback(lambda _: self._actor_call_answered(session))
+
+    def _actor_call_answered(self, session: str) -> None:
+        with self._lock:
+            left = self._actor_calls.get(session, 0) - 1
+            if left > 0:
+                self._actor_calls[session] = left
+            else:
+                self._actor_calls.pop(session, None)
 
     def close(self) -> None:
         """Close every channel (the process is done with the cluster)."""

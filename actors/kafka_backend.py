@@ -35,13 +35,17 @@ STALE_LEADER_ERRORS = (NotLeaderOrFollower, LeaderNotAvailable, UnknownTopicOrPa
 CONTROLLER_TIMEOUT_S = 30.0
 
 
-def _submit(replica, method: str, args: tuple, channel=None) -> tuple[Awaitable[Any],
-                                                                     Callable[[], None]]:
+def _submit(replica, method: str, args: tuple) -> tuple[Awaitable[Any], Callable[[], None]]:
     """``method`` of ``replica`` submitted now: (its answer to await, a function that stops
-    it), over ``channel`` (or the host's direct channel, for the methods channels serve)
-    when there is one, else as an actor call."""
-    if channel is None and method in CHANNEL_METHODS:
-        channel = host_channels.shared().channel(replica.host)
+    it), over the host's direct channel for the methods channels serve when there is one,
+    else as an actor call."""
+    channel = host_channels.shared().channel(replica.host) if method in CHANNEL_METHODS else None
+    return _submit_on(channel, replica, method, args)
+
+
+def _submit_on(channel, replica, method: str, args: tuple) -> tuple[Awaitable[Any],
+                                                                    Callable[[], None]]:
+    """As ``_submit``, over ``channel``, or as an actor call when it is None."""
     if channel is not None:
         future = channel.call(method, replica.topic_id, replica.partition, *args)
         return asyncio.wrap_future(future), lambda: channel.cancel(future)
@@ -201,11 +205,14 @@ class KafkaBackend:
         started_over = self._numberings.get(at_leader, 0)
         client_id = f"{at_leader}#{started_over}" if started_over else at_leader
         request_no = number_of(client_id)
-        channel = host_channels.shared().for_request(replica.host, client_id, request_no)
+        channels = host_channels.shared()
+        channel = channels.for_request(replica.host, client_id, request_no)
         try:
-            answer, _ = _submit(replica, "produce", (
+            answer, _ = _submit_on(channel, replica, "produce", (
                 as_array(batches), acks, timeout_ms, client_id, request_no, transactional_id,
-            ), channel)  # fmt: skip
+            ))  # fmt: skip
+            if channel is None:
+                channels.sent_as_actor_call(client_id, answer.future())
             if submitted is not None:
                 submitted()
             answer = await answer

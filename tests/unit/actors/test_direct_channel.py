@@ -431,3 +431,18 @@ def test_a_callback_that_calls_again_when_the_connection_ends_does_not_deadlock(
         assert retried and isinstance(retried[0].exception(5), ChannelClosed)
     finally:
         client.close()
+
+
+def test_frames_partly_sent_at_once_and_finished_by_the_writer_stay_whole_and_in_order(served):
+    server, host, _loop = served
+    client = _client(server)
+    try:
+        sizes = [(4 << 20) if n % 3 == 0 else 10 for n in range(60)]
+        futures = [client.call("produce", "t", 0, (n, np.full(size, n % 251, dtype=np.uint8)))
+                   for n, size in enumerate(sizes)]  # fmt: skip
+        for n, future in enumerate(futures):
+            number, payload = future.result(10)[2]
+            assert number == n and payload.nbytes == sizes[n] and (payload == n % 251).all()
+        assert [n for n, _ in host.started] == list(range(60))
+    finally:
+        client.close()

@@ -139,16 +139,23 @@ def test_a_channel_that_ended_is_looked_up_again(server):
         channels.close()
 
 
-def test_a_numbered_session_keeps_the_way_its_first_request_went(server):
+def test_a_numbered_session_moves_to_the_channel_once_its_actor_calls_are_answered(server):
     channels, host = HostChannels(), FakeHost("h7")
     try:
         assert channels.for_request(host, "p.1", 0) is None  # no channel yet: actor call
+        first = concurrent.futures.Future()
+        channels.sent_as_actor_call("p.1", first)
         host.answers[0].set_result((*server.address, server.token))
         _settled(channels, host)
-        assert channels.for_request(host, "p.1", 1) is None  # still actor calls
-        assert channels.for_request(host, "p.1", 2) is None
-        assert channels.for_request(host, "p.2", 0) is not None  # a new session: channel
-        assert channels.for_request(host, "p.2", 1) is not None
+        # Request 1 must not overtake request 0, still unanswered: an actor call too.
+        assert channels.for_request(host, "p.1", 1) is None
+        second = concurrent.futures.Future()
+        channels.sent_as_actor_call("p.1", second)
+        assert channels.for_request(host, "p.2", 0) is not None  # another session: channel
+        first.set_result(None)
+        assert channels.for_request(host, "p.1", 2) is None  # request 1 still out
+        second.set_result(None)
+        assert channels.for_request(host, "p.1", 3) is not None  # none out: the channel
         assert channels.for_request(host, "p.3", -1) is not None  # unnumbered: either way
     finally:
         channels.close()

@@ -79,6 +79,9 @@ class _Channels:
     def for_request(self, host, session, request_no):
         return self._channel
 
+    def sent_as_actor_call(self, session, answer) -> None:
+        pass
+
 
 class _ActorMethod:
     def __init__(self, calls: list, name: str) -> None:
