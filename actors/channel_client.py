@@ -9,7 +9,7 @@ callback may call again.
 
 Failure: a connection that ends (the host closed it or died, a send or read failed, or TCP
 gave up on a silent peer: keepalive probes after ``KEEPALIVE_IDLE_S`` idle, and
-``USER_TIMEOUT_MS`` for data the peer does not acknowledge) fails every call waiting on it
+``USER_TIMEOUT_MS`` for data the peer does not take) fails every call waiting on it
 with ChannelClosed, a BrokerNotAvailable (retriable, as for a dead actor). An answer this
 process cannot unpickle fails only its own call, not retriable.
 """
@@ -45,8 +45,10 @@ CONNECT_TIMEOUT_S = 2.0
 KEEPALIVE_IDLE_S = 5
 KEEPALIVE_INTERVAL_S = 2
 KEEPALIVE_PROBES = 3
-#: Data the host does not acknowledge for this long ends the connection (ms).
-USER_TIMEOUT_MS = 15_000
+#: Data the host does not acknowledge for this long ends the connection (ms). Linux counts a
+#: host that reads nothing (a zero window) too: a host reads on until twice its in-flight
+#: limit, so this long means it is stuck or gone, and a minute is past any produce timeout.
+USER_TIMEOUT_MS = 60_000
 
 
 class ChannelClosed(BrokerNotAvailable):
@@ -108,7 +110,11 @@ class ChannelClient:
             future.set_exception(ChannelClosed(f"the channel to {self.address} is closed; "
                                                "retry"))  # fmt: skip
         elif inline:
-            self._send_inline(parts)
+            try:
+                self._send_inline(parts)
+            except BaseException:  # interrupted (Ctrl-C) mid-frame: the stream is torn
+                self._end("a send was interrupted")
+                raise
         return future
 
     def _send_inline(self, parts: list) -> None:

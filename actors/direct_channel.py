@@ -19,9 +19,11 @@ call). The call id and kind are outside the pickle, so an answer the caller cann
 fails only its own call. Answers come in any order; requests on one connection start in the
 order they were sent, as one caller's actor calls do.
 
-Flow: a connection has at most ``MAX_IN_FLIGHT`` calls at the host, each holding its place
-until its answer is written out, so a caller that stops reading stops the host reading its
-requests (as Kafka mutes a channel) and the host holds a bounded amount of answers for it.
+Flow: a connection has at most ``MAX_IN_FLIGHT`` calls running at the host, each holding its
+place until its answer is written out, and as many more waiting for a place (their cancels
+are still read); past that the host reads no further, so a caller that stops reading stops
+the host reading its requests (as Kafka mutes a channel) and the host holds a bounded number
+of answers for it.
 
 Trust: the token is random per host process and handed out only by the host's actor method
 ``channel_address``, so only a process that can call the host actor (a member of the Ray
@@ -139,8 +141,11 @@ class ChannelServer:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._connections.add(writer)
+        # A call runs once it has a place in ``room``; the connection is read on while up to
+        # as many more wait for one, so their cancels are read and take them out at once.
         room = asyncio.Semaphore(MAX_IN_FLIGHT)
-        running: dict[int, asyncio.Task] = {}  # call id -> its task
+        accepted = asyncio.Semaphore(2 * MAX_IN_FLIGHT)
+        running: dict[int, asyncio.Task] = {}  # call id -> its task, running or waiting
         try:
             if not await asyncio.wait_for(self._greeted(reader), GREETING_TIMEOUT_S):
                 return
@@ -154,14 +159,14 @@ class ChannelServer:
                     if task is not None:
                         task.cancel()
                     continue
-                await room.acquire()
+                await accepted.acquire()
                 task = asyncio.get_running_loop().create_task(
-                    self._run(writer, call_id, data, buffers)
+                    self._run(writer, room, call_id, data, buffers)
                 )
                 running[call_id] = task
                 # Released when the task ends, even one cancelled before it ran.
                 task.add_done_callback(
-                    lambda _, c=call_id: (running.pop(c, None), room.release())
+                    lambda _, c=call_id: (running.pop(c, None), accepted.release())
                 )
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError):
             return  # the caller went away or never greeted: nothing to answer
@@ -180,8 +185,14 @@ class ChannelServer:
             greeting[len(GREETING):], self.token
         )
 
-    async def _run(self, writer: asyncio.StreamWriter, call_id: int, data, buffers) -> None:
-        """Run one call and write its answer; cancelled, it writes none."""
+    async def _run(self, writer: asyncio.StreamWriter, room: asyncio.Semaphore, call_id: int,
+                   data, buffers) -> None:  # fmt: skip
+        """Run one call, once it has a place in ``room``, and write its answer, holding the
+        place until the answer is out; cancelled, it writes none."""
+        async with room:
+            await self._answer(writer, call_id, data, buffers)
+
+    async def _answer(self, writer: asyncio.StreamWriter, call_id: int, data, buffers) -> None:
         try:
             method, args = decode(data, buffers)
             handler = self.methods.get(method)

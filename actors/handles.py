@@ -166,10 +166,11 @@ class Gateway:
         and ``future`` (a direct channel's future, or an object ref)."""
         args = (as_array(batch), acks, timeout_ms, client_id, request_no, transactional_id)
         channels = host_channels.shared()
-        channel = channels.for_request(replica.host, client_id, request_no)
+        session = (client_id, replica.topic_id, replica.partition)
+        channel = channels.for_request(replica.host, session, request_no)
         answer = self._call(replica, channel, "produce", args)
-        if channel is None and request_no >= 0:
-            channels.sent_as_actor_call(client_id, answer.future())
+        if channel is None and request_no == 0:
+            channels.sent_as_actor_call(session, request_no, answer.future())
         return answer
 
     def fetch(self, replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):

@@ -19,7 +19,7 @@ import concurrent.futures
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Hashable
 
 from rafka.actors.channel_client import ChannelClient
 from rafka.actors.direct_channel import enabled
@@ -32,8 +32,9 @@ UNREACHABLE_RETRY_S = 60.0
 #: Seconds before a host whose channel ended is asked again (a host refusing every
 #: connection, or restarting, is not asked in a loop).
 RECONNECT_AFTER_S = 0.5
-#: Sessions with actor calls in flight remembered at most (``for_request``).
-PINNED_SESSIONS = 4096
+#: Numbered request sessions remembered (``for_request``): a session forgotten goes either
+#: way, so this is far more than the partitions a process produces to at once.
+SESSIONS_KEPT = 65_536
 
 
 class HostChannels:
@@ -42,8 +43,9 @@ class HostChannels:
         # or the monotonic time before which not to ask again); or that time.
         self._by_host: dict[Any, Any] = {}
         self._lock = threading.Lock()
-        # Numbered request sessions -> their actor calls not answered yet, oldest first.
-        self._actor_calls: collections.OrderedDict[str, int] = collections.OrderedDict()
+        # Numbered request sessions -> how their request 0 went (the channel, or the future
+        # of its actor call's answer), the latest started last.
+        self._sessions: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
 
     def channel(self, host) -> ChannelClient | None:
         """The connected channel to ``host`` (a ReplicaHost actor handle), or None for now.
@@ -70,40 +72,48 @@ class HostChannels:
             self._by_host[key] = _set_up(host)  # time to ask
             return None
 
-    def for_request(self, host, session: str, request_no: int) -> ChannelClient | None:
-        """The channel for request ``request_no`` of a numbered session (a producer's
-        requests to one partition, appended in number order), or None for an actor call;
-        the caller then reports it with ``sent_as_actor_call``. A session moves from actor
-        calls to the channel only when none of its actor calls is unanswered: a request on
-        a channel that came up meanwhile could overtake an earlier actor call by more than
-        the leader waits for a new session's request 0 (``RequestOrder``). Unnumbered
+    def for_request(self, host, session: Hashable, request_no: int) -> ChannelClient | None:
+        """The channel for request ``request_no`` of a numbered ``session`` (one producer's
+        requests to one partition, which the leader appends in number order), or None for
+        an actor call, which the caller then reports with ``sent_as_actor_call``.
+
+        The leader waits for a missing number as long as a request may take, but for a
+        session it does not know yet only briefly (``RequestOrder``). So a session whose
+        request 0 went as an actor call keeps to actor calls until that call is answered
+        (a later request on a channel that came up meanwhile could overtake it); and one
+        whose request 0 went over a channel keeps to that channel: once it ended, its calls
+        fail at once (retriable) and the producer starts a new session, rather than send a
+        request that would wait at the leader for one lost with the connection. Unnumbered
         requests (-1) go either way."""
         channel = self.channel(host)
         if request_no < 0:
             return channel
         with self._lock:
-            if channel is not None and not self._actor_calls.get(session):
-                self._actor_calls.pop(session, None)
+            if request_no == 0:
+                self._sessions.pop(session, None)
+                if channel is not None:
+                    self._remember(session, channel)
                 return channel
-        return None
+            first = self._sessions.get(session)
+            if isinstance(first, ChannelClient):
+                return first
+            if first is not None and not first.done():
+                return None
+            return channel
 
-    def sent_as_actor_call(self, session: str, answer: concurrent.futures.Future) -> None:
-        """A numbered request of ``session`` went as an actor call; ``answer`` completes
-        with it."""
-        with self._lock:
-            self._actor_calls[session] = self._actor_calls.get(session, 0) + 1
-            self._actor_calls.move_to_end(session)
-            if len(self._actor_calls) > PINNED_SESSIONS:
-                self._actor_calls.popitem(last=False)
-        answer.add_done_callback(lambda _: self._actor_call_answered(session))
+    def sent_as_actor_call(self, session: Hashable, request_no: int,
+                           answer: concurrent.futures.Future) -> None:  # fmt: skip
+        """Request ``request_no`` of ``session`` went as an actor call; ``answer``
+        completes with it."""
+        if request_no == 0:
+            with self._lock:
+                self._remember(session, answer)
 
-    def _actor_call_answered(self, session: str) -> None:
-        with self._lock:
-            left = self._actor_calls.get(session, 0) - 1
-            if left > 0:
-                self._actor_calls[session] = left
-            else:
-                self._actor_calls.pop(session, None)
+    def _remember(self, session: Hashable, first) -> None:
+        self._sessions[session] = first
+        self._sessions.move_to_end(session)
+        if len(self._sessions) > SESSIONS_KEPT:
+            self._sessions.popitem(last=False)
 
     def close(self) -> None:
         """Close every channel (the process is done with the cluster)."""

@@ -33,6 +33,7 @@ from rafka.errors import (
 STALE_LEADER_ERRORS = (NotLeaderOrFollower, LeaderNotAvailable, UnknownTopicOrPartition,
                        BrokerNotAvailable)  # fmt: skip
 CONTROLLER_TIMEOUT_S = 30.0
+CONTROLLER_RETRY_S = 0.2
 
 
 def _submit(replica, method: str, args: tuple) -> tuple[Awaitable[Any], Callable[[], None]]:
@@ -61,9 +62,9 @@ class KafkaBackend:
         # topic -> (topic id, [(leader, leader epoch, host slot) per partition])
         self._leaders: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}
         self._loading: dict[str, asyncio.Future] = {}  # topic -> its read in flight
-        # client id at a leader -> how many times its produce numbering started over (a
-        # failed call may have taken a number the leader never saw: see ``produce``).
-        self._numberings: dict[str, int] = {}
+        # (client id at a leader, topic, partition) -> how many times its produce numbering
+        # started over (a failed call may have taken a number the leader never saw).
+        self._numberings: dict[tuple[str, str, int], int] = {}
 
     # -- controller ----------------------------------------------------------------------------
 
@@ -202,17 +203,19 @@ class KafkaBackend:
         ``submitted()`` is called once the call is sent."""
         replica, leader = await self._leader_replica(topic, partition)
         at_leader = f"{client_key}@{leader}"
-        started_over = self._numberings.get(at_leader, 0)
+        numbering = (at_leader, topic, partition)
+        started_over = self._numberings.get(numbering, 0)
         client_id = f"{at_leader}#{started_over}" if started_over else at_leader
         request_no = number_of(client_id)
         channels = host_channels.shared()
-        channel = channels.for_request(replica.host, client_id, request_no)
+        session = (client_id, replica.topic_id, replica.partition)
+        channel = channels.for_request(replica.host, session, request_no)
         try:
             answer, _ = _submit_on(channel, replica, "produce", (
                 as_array(batches), acks, timeout_ms, client_id, request_no, transactional_id,
             ))  # fmt: skip
             if channel is None:
-                channels.sent_as_actor_call(client_id, answer.future())
+                channels.sent_as_actor_call(session, request_no, answer.future())
             if submitted is not None:
                 submitted()
             answer = await answer
@@ -221,7 +224,8 @@ class KafkaBackend:
             if not isinstance(e, RafkaError) or isinstance(e, BrokerNotAvailable):
                 # The call may have ended before the leader took its number (a connection
                 # that broke): later requests under this id would wait for it there.
-                self._numberings[at_leader] = started_over + 1
+                self._numberings[numbering] = max(self._numberings.get(numbering, 0),
+                                                  started_over + 1)  # fmt: skip
             if isinstance(e, (RayTaskError, RayActorError)):
                 raise _translate(e, f"the leader of {topic}-{partition}") from None
             raise

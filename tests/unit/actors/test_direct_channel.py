@@ -366,7 +366,9 @@ def test_client_connections_notice_a_silent_peer(served):
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == (
             channel_client.KEEPALIVE_IDLE_S
         )
-        assert 0 < sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) <= 30_000
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == (
+            channel_client.USER_TIMEOUT_MS
+        )
     finally:
         client.close()
 
@@ -444,5 +446,34 @@ def test_frames_partly_sent_at_once_and_finished_by_the_writer_stay_whole_and_in
             number, payload = future.result(10)[2]
             assert number == n and payload.nbytes == sizes[n] and (payload == n % 251).all()
         assert [n for n, _ in host.started] == list(range(60))
+    finally:
+        client.close()
+
+
+def test_a_cancel_behind_calls_waiting_for_a_place_is_read_and_frees_it(loaded):
+    server, _host, _loop = loaded
+    client = _client(server)
+    try:
+        polls = [client.call("poll", "t", 0) for _ in range(direct_channel.MAX_IN_FLIGHT)]
+        waiting = [client.call("busy", "t", 0) for _ in range(2)]  # no place: they wait
+        for call in waiting:
+            client.cancel(call)  # read although every place is taken
+        assert client.call("produce", "t", 0).result(3) == "ok"
+        assert [p.result(3) for p in polls] == ["polled"] * direct_channel.MAX_IN_FLIGHT
+    finally:
+        client.close()
+
+
+def test_an_interrupted_inline_send_ends_the_channel_rather_than_wedge_it(served, monkeypatch):
+    server, _host, _loop = served
+    client = _client(server)
+    try:
+        def interrupted(parts):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(client, "_send_inline", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            client.call("produce", "t", 0, 1)
+        assert client.closed  # given up: the next lookup makes a new channel
     finally:
         client.close()

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from rafka.actors import host_channels
+from rafka.actors.channel_client import ChannelClosed
 from rafka.actors.direct_channel import ChannelServer
 from rafka.actors.handles import Gateway
 from rafka.actors.host_channels import HostChannels
@@ -139,24 +140,44 @@ def test_a_channel_that_ended_is_looked_up_again(server):
         channels.close()
 
 
-def test_a_numbered_session_moves_to_the_channel_once_its_actor_calls_are_answered(server):
+def test_a_session_started_by_actor_call_moves_to_the_channel_once_request_0_is_answered(
+    server,
+):
     channels, host = HostChannels(), FakeHost("h7")
     try:
         assert channels.for_request(host, "p.1", 0) is None  # no channel yet: actor call
         first = concurrent.futures.Future()
-        channels.sent_as_actor_call("p.1", first)
+        channels.sent_as_actor_call("p.1", 0, first)
         host.answers[0].set_result((*server.address, server.token))
         _settled(channels, host)
-        # Request 1 must not overtake request 0, still unanswered: an actor call too.
+        # The leader does not know the session until request 0 arrives: no overtaking it.
         assert channels.for_request(host, "p.1", 1) is None
-        second = concurrent.futures.Future()
-        channels.sent_as_actor_call("p.1", second)
+        channels.sent_as_actor_call("p.1", 1, concurrent.futures.Future())  # pipelined
         assert channels.for_request(host, "p.2", 0) is not None  # another session: channel
         first.set_result(None)
-        assert channels.for_request(host, "p.1", 2) is None  # request 1 still out
-        second.set_result(None)
-        assert channels.for_request(host, "p.1", 3) is not None  # none out: the channel
+        # Known now: the leader waits for request 1 however the rest come.
+        assert channels.for_request(host, "p.1", 2) is not None
         assert channels.for_request(host, "p.3", -1) is not None  # unnumbered: either way
+    finally:
+        channels.close()
+
+
+def test_a_session_started_on_a_channel_fails_fast_once_that_channel_ended(server):
+    channels, host = HostChannels(), FakeHost("h8")
+    try:
+        channels.channel(host)
+        host.answers[0].set_result((*server.address, server.token))
+        _settled(channels, host)
+        channel = channels.for_request(host, "p.1", 0)
+        assert channel is not None
+        channel.close()
+        # Not an actor call, which could wait at the leader for a request lost with the
+        # connection: the ended channel, whose calls fail at once.
+        later = channels.for_request(host, "p.1", 1)
+        assert later is channel
+        with pytest.raises(ChannelClosed):
+            later.call("fetch", 1).result(1)
+        assert channels.for_request(host, "p.2", 0) is None  # a new session: actor calls
     finally:
         channels.close()
 

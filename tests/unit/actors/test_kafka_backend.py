@@ -79,7 +79,7 @@ class _Channels:
     def for_request(self, host, session, request_no):
         return self._channel
 
-    def sent_as_actor_call(self, session, answer) -> None:
+    def sent_as_actor_call(self, session, request_no, answer) -> None:
         pass
 
 
@@ -144,3 +144,32 @@ def test_a_produce_lost_with_its_connection_starts_the_numbering_over(monkeypatc
     asyncio.run(run())
     sent = [(args[5], args[6]) for _, args in channel.calls]  # (client id, request number)
     assert sent == [("k/1@1", 0), ("k/1@1", 1), ("k/1@1#1", 0)]
+
+
+def test_controller_calls_are_retried_while_the_controller_restarts():
+    from ray.exceptions import RayActorError
+
+    class _Restarting:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __getattr__(self, method):
+            outer = self
+
+            class _Method:
+                def remote(self, *args):
+                    outer.calls += 1
+                    future = concurrent.futures.Future()
+                    if outer.calls == 1:
+                        future.set_exception(RayActorError())
+                    else:
+                        future.set_result({"method": method})
+                    return asyncio.wrap_future(future)
+
+            return _Method()
+
+    backend = KafkaBackend("test")
+    controller = _Restarting()
+    backend.gateway.controller = lambda: controller
+    answer = asyncio.run(backend.controller("metadata", timeout_s=5))
+    assert answer == {"method": "metadata"} and controller.calls == 2
