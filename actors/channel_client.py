@@ -76,6 +76,7 @@ class ChannelClient:
         self._sending = False  # a thread is writing a frame (frames go whole, in order)
         self._pending: dict[int, concurrent.futures.Future] = {}
         self._ids = itertools.count()
+        self.calls = 0  # calls made on this channel
         self.closed = False
         self._threads = [
             threading.Thread(target=self._write_frames, name="rafka-channel-out", daemon=True),
@@ -88,6 +89,7 @@ class ChannelClient:
         """Send ``method(*args)`` to the host; the future holds its answer or error."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         call_id = next(self._ids)
+        self.calls = call_id + 1
         try:
             parts = encode(call_id, REQUEST, (method, args))
         except Exception as e:  # noqa: BLE001 - the caller's bad argument fails its call only
