@@ -96,27 +96,29 @@ class ChannelClient:
             future.set_exception(RafkaError(f"the arguments of {method} could not be sent "
                                             f"to the host: {type(e).__name__}: {e}"))  # fmt: skip
             return future
-        with self._lock:
-            if self.closed:
-                inline = None
-            else:
-                future.call_id = call_id  # for ``cancel``
-                self._pending[call_id] = future
-                inline = not self._outbox and not self._sending
-                if inline:
-                    self._sending = True
+        inline: bool | None = False
+        try:
+            with self._lock:
+                if self.closed:
+                    inline = None
                 else:
-                    self._outbox.append(parts)
-                    self._queued.notify()
+                    future.call_id = call_id  # for ``cancel``
+                    self._pending[call_id] = future
+                    inline = not self._outbox and not self._sending
+                    if inline:
+                        self._sending = True
+                    else:
+                        self._outbox.append(parts)
+                        self._queued.notify()
+            if inline:
+                self._send_inline(parts)
+        except BaseException:
+            if inline:  # interrupted (Ctrl-C) while sending: the stream may be torn
+                self._end("a send was interrupted")
+            raise
         if inline is None:
             future.set_exception(ChannelClosed(f"the channel to {self.address} is closed; "
                                                "retry"))  # fmt: skip
-        elif inline:
-            try:
-                self._send_inline(parts)
-            except BaseException:  # interrupted (Ctrl-C) mid-frame: the stream is torn
-                self._end("a send was interrupted")
-                raise
         return future
 
     def _send_inline(self, parts: list) -> None:

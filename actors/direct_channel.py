@@ -163,6 +163,7 @@ class ChannelServer:
                 task = asyncio.get_running_loop().create_task(
                     self._run(writer, room, call_id, data, buffers)
                 )
+                task.started = False  # set by ``_run`` once it has a place
                 running[call_id] = task
                 # Released when the task ends, even one cancelled before it ran.
                 task.add_done_callback(
@@ -175,6 +176,10 @@ class ChannelServer:
         finally:
             self._connections.discard(writer)
             writer.close()
+            # Calls still waiting for a place never run: their caller has been told the
+            # connection ended and sends them again; run late, they could land after that.
+            for task in [t for t in running.values() if not getattr(t, "started", True)]:
+                task.cancel()
 
     async def _greeted(self, reader: asyncio.StreamReader) -> bool:
         try:
@@ -190,6 +195,7 @@ class ChannelServer:
         """Run one call, once it has a place in ``room``, and write its answer, holding the
         place until the answer is out; cancelled, it writes none."""
         async with room:
+            asyncio.current_task().started = True
             await self._answer(writer, call_id, data, buffers)
 
     async def _answer(self, writer: asyncio.StreamWriter, call_id: int, data, buffers) -> None:

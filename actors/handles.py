@@ -170,7 +170,7 @@ class Gateway:
         channel = channels.for_request(replica.host, session, request_no)
         answer = self._call(replica, channel, "produce", args)
         if channel is None and request_no == 0:
-            channels.sent_as_actor_call(session, request_no, answer.future())
+            channels.sent_as_actor_call(replica.host, session, request_no, answer.future())
         return answer
 
     def fetch(self, replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):

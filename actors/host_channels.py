@@ -88,32 +88,38 @@ class HostChannels:
         channel = self.channel(host)
         if request_no < 0:
             return channel
+        key = (getattr(host, "_actor_id", None), session)  # a session moved host starts anew
         with self._lock:
             if request_no == 0:
-                self._sessions.pop(session, None)
+                self._sessions.pop(key, None)
                 if channel is not None:
-                    self._remember(session, channel)
+                    self._remember(key, channel)
                 return channel
-            first = self._sessions.get(session)
+            first = self._sessions.get(key)
             if isinstance(first, ChannelClient):
                 return first
             if first is not None and not first.done():
                 return None
             return channel
 
-    def sent_as_actor_call(self, session: Hashable, request_no: int,
+    def sent_as_actor_call(self, host, session: Hashable, request_no: int,
                            answer: concurrent.futures.Future) -> None:  # fmt: skip
-        """Request ``request_no`` of ``session`` went as an actor call; ``answer``
-        completes with it."""
+        """Request ``request_no`` of ``session`` went to ``host`` as an actor call;
+        ``answer`` completes with it."""
         if request_no == 0:
             with self._lock:
-                self._remember(session, answer)
+                self._remember((getattr(host, "_actor_id", None), session), answer)
 
-    def _remember(self, session: Hashable, first) -> None:
-        self._sessions[session] = first
-        self._sessions.move_to_end(session)
+    def _remember(self, key: Hashable, first) -> None:
+        self._sessions[key] = first
+        self._sessions.move_to_end(key)
         if len(self._sessions) > SESSIONS_KEPT:
-            self._sessions.popitem(last=False)
+            # The oldest session whose request 0 is not an actor call still unanswered:
+            # forgetting one of those would let its later requests overtake it.
+            for old, way in self._sessions.items():
+                if isinstance(way, ChannelClient) or way.done():
+                    del self._sessions[old]
+                    break
 
     def close(self) -> None:
         """Close every channel (the process is done with the cluster)."""

@@ -215,7 +215,8 @@ class KafkaBackend:
                 as_array(batches), acks, timeout_ms, client_id, request_no, transactional_id,
             ))  # fmt: skip
             if channel is None:
-                channels.sent_as_actor_call(session, request_no, answer.future())
+                channels.sent_as_actor_call(replica.host, session, request_no,
+                                            answer.future())  # fmt: skip
             if submitted is not None:
                 submitted()
             answer = await answer

@@ -273,6 +273,7 @@ class Loaded:
 
     def __init__(self) -> None:
         self.big_calls = 0
+        self.counted = 0
 
     async def busy(self, *args):
         time.sleep(0.2)  # the loop held, as by a long append
@@ -291,6 +292,10 @@ class Loaded:
 
     async def produce(self, *args):
         return "ok"
+
+    async def count(self, *args):
+        self.counted += 1
+        return self.counted
 
 
 def _fails_to_load():
@@ -312,7 +317,8 @@ def loaded(monkeypatch):
 
     async def make():
         server = ChannelServer({name: getattr(host, name) for name in
-                                ("busy", "poll", "big", "unreadable", "produce")})  # fmt: skip
+                                ("busy", "poll", "big", "unreadable", "produce",
+                                 "count")})  # fmt: skip
         await server.start("127.0.0.1")
         return server
 
@@ -477,3 +483,19 @@ def test_an_interrupted_inline_send_ends_the_channel_rather_than_wedge_it(served
         assert client.closed  # given up: the next lookup makes a new channel
     finally:
         client.close()
+
+
+def test_calls_still_waiting_for_a_place_when_the_connection_ends_never_run(loaded):
+    """Their caller was told the connection ended and sends them again: run late, they
+    could land after the resend."""
+    server, host, _loop = loaded
+    client = _client(server)
+    polls = [client.call("poll", "t", 0) for _ in range(direct_channel.MAX_IN_FLIGHT)]
+    waiting = [client.call("count", "t", 0) for _ in range(2)]
+    time.sleep(0.02)  # all read by the host; the polls hold every place
+    client.close()
+    for call in polls + waiting:
+        with pytest.raises(ChannelClosed):
+            call.result(1)
+    time.sleep(0.3)  # the polls are over: a waiting call would have run by now
+    assert host.counted == 0

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from rafka.actors import host_channels
-from rafka.actors.channel_client import ChannelClosed
+from rafka.actors.channel_client import ChannelClient, ChannelClosed
 from rafka.actors.direct_channel import ChannelServer
 from rafka.actors.handles import Gateway
 from rafka.actors.host_channels import HostChannels
@@ -147,12 +147,12 @@ def test_a_session_started_by_actor_call_moves_to_the_channel_once_request_0_is_
     try:
         assert channels.for_request(host, "p.1", 0) is None  # no channel yet: actor call
         first = concurrent.futures.Future()
-        channels.sent_as_actor_call("p.1", 0, first)
+        channels.sent_as_actor_call(host, "p.1", 0, first)
         host.answers[0].set_result((*server.address, server.token))
         _settled(channels, host)
         # The leader does not know the session until request 0 arrives: no overtaking it.
         assert channels.for_request(host, "p.1", 1) is None
-        channels.sent_as_actor_call("p.1", 1, concurrent.futures.Future())  # pipelined
+        channels.sent_as_actor_call(host, "p.1", 1, concurrent.futures.Future())  # pipelined
         assert channels.for_request(host, "p.2", 0) is not None  # another session: channel
         first.set_result(None)
         # Known now: the leader waits for request 1 however the rest come.
@@ -180,6 +180,38 @@ def test_a_session_started_on_a_channel_fails_fast_once_that_channel_ended(serve
         assert channels.for_request(host, "p.2", 0) is None  # a new session: actor calls
     finally:
         channels.close()
+
+
+def test_a_session_that_moves_to_another_host_is_not_held_to_the_first_hosts_channel(server):
+    channels, first, second = HostChannels(), FakeHost("h9"), FakeHost("h10")
+    try:
+        for host in (first, second):
+            channels.channel(host)
+            host.answers[0].set_result((*server.address, server.token))
+            _settled(channels, host)
+        on_first = channels.for_request(first, "p.1", 0)
+        on_second = channels.for_request(second, "p.1", 1)  # the partition was re-hosted
+        assert on_second is channels.channel(second) and on_second is not on_first
+    finally:
+        channels.close()
+
+
+def test_sessions_whose_request_0_is_unanswered_are_not_forgotten(monkeypatch):
+    monkeypatch.setattr(host_channels, "SESSIONS_KEPT", 2)
+    channels, host = HostChannels(), FakeHost("h11")
+    pending = concurrent.futures.Future()
+    channels.sent_as_actor_call(host, "old", 0, pending)
+    for n in range(5):  # newer sessions, answered
+        channels.sent_as_actor_call(host, f"new-{n}", 0, _done(None))
+    channels._by_host[host._actor_id] = _Open()  # a channel is up now
+    assert channels.for_request(host, "old", 1) is None  # still behind its request 0
+
+
+class _Open(ChannelClient):
+    closed = False
+
+    def __init__(self) -> None:  # noqa: D107 - a stand-in that never connects
+        pass
 
 
 def test_forked_children_start_with_no_channels():

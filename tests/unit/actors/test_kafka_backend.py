@@ -79,7 +79,7 @@ class _Channels:
     def for_request(self, host, session, request_no):
         return self._channel
 
-    def sent_as_actor_call(self, session, request_no, answer) -> None:
+    def sent_as_actor_call(self, host, session, request_no, answer) -> None:
         pass
 
 
