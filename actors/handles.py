@@ -160,37 +160,24 @@ class Gateway:
         """Call ``method`` of an actor; returns the object ref of its answer."""
         return getattr(handle, method).remote(*args)
 
-    def produce(self, replica, batch, acks: int, timeout_ms: int, client_id: str,
-                request_no: int, transactional_id: str | None = None):  # fmt: skip
+    @staticmethod
+    def produce(replica, batch, acks: int, timeout_ms: int, client_id: str, request_no: int,
+                transactional_id: str | None = None):  # fmt: skip
         """The leader's answer to a produce request: a pending result for ``get``, ``wait``
         and ``future`` (a direct channel's future, or an object ref)."""
         args = (as_array(batch), acks, timeout_ms, client_id, request_no, transactional_id)
-        channels = host_channels.shared()
-        session = (client_id, replica.topic_id, replica.partition)
-        channel = channels.for_request(replica.host, session, request_no)
-        answer = self._call(replica, channel, "produce", args)
-        if channel is None and request_no == 0:
-            channels.sent_as_actor_call(replica.host, session, request_no, answer.future())
-        return answer
-
-    def fetch(self, replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
-        return self._replica_call(replica, "fetch", (offset, max_bytes, min_bytes, max_wait_ms))
-
-    def fetch_committed(self, replica, offset: int, max_bytes: int, min_bytes: int,
-                        max_wait_ms: int):  # fmt: skip
-        return self._replica_call(replica, "fetch_committed",
-                                  (offset, max_bytes, min_bytes, max_wait_ms))  # fmt: skip
-
-    def _replica_call(self, replica, method: str, args: tuple):
-        """``method`` of ``replica`` over its host's direct channel when there is one, else
-        as an actor call (``host_channels``)."""
-        return self._call(replica, host_channels.shared().channel(replica.host), method, args)
+        return host_channels.shared().call_replica(replica, "produce", args, client_id,
+                                                   request_no)[0]  # fmt: skip
 
     @staticmethod
-    def _call(replica, channel, method: str, args: tuple):
-        if channel is not None:
-            return channel.call(method, replica.topic_id, replica.partition, *args)
-        return getattr(replica, method).remote(*args)
+    def fetch(replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
+        args = (offset, max_bytes, min_bytes, max_wait_ms)
+        return host_channels.shared().call_replica(replica, "fetch", args)[0]
+
+    @staticmethod
+    def fetch_committed(replica, offset: int, max_bytes: int, min_bytes: int, max_wait_ms: int):
+        args = (offset, max_bytes, min_bytes, max_wait_ms)
+        return host_channels.shared().call_replica(replica, "fetch_committed", args)[0]
 
     @staticmethod
     def list_offset(replica, timestamp: int, read_committed: bool = False):

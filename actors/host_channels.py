@@ -22,7 +22,7 @@ import time
 from typing import Any, Hashable
 
 from rafka.actors.channel_client import ChannelClient
-from rafka.actors.direct_channel import enabled
+from rafka.actors.direct_channel import CHANNEL_METHODS, enabled
 
 #: Seconds before a host that gave no channel (dead, restarting, channels off) is asked again.
 RETRY_AFTER_S = 5.0
@@ -71,6 +71,25 @@ class HostChannels:
                 return None
             self._by_host[key] = _set_up(host)  # time to ask
             return None
+
+    def call_replica(self, replica, method: str, args: tuple, client_id: str | None = None,
+                     request_no: int = -1) -> tuple[Any, ChannelClient | None]:
+        """``method`` of ``replica`` (a ReplicaHandle) with ``args``, submitted now: (its
+        pending answer, the channel's concurrent future or the actor call's object ref; the
+        channel it went over, or None). Methods channels do not serve go as actor calls; a
+        producer's numbered request (``client_id``, ``request_no`` >= 0) goes the way
+        ``for_request`` says for its session (that client at that partition)."""
+        host, channel = replica.host, None
+        session = None if client_id is None else (client_id, replica.topic_id, replica.partition)
+        if method in CHANNEL_METHODS:
+            channel = (self.channel(host) if session is None
+                       else self.for_request(host, session, request_no))  # fmt: skip
+        if channel is not None:
+            return channel.call(method, replica.topic_id, replica.partition, *args), channel
+        ref = getattr(replica, method).remote(*args)
+        if session is not None and request_no == 0:
+            self.sent_as_actor_call(host, session, request_no, ref.future())
+        return ref, None
 
     def for_request(self, host, session: Hashable, request_no: int) -> ChannelClient | None:
         """The channel for request ``request_no`` of a numbered ``session`` (one producer's

@@ -17,7 +17,6 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from rafka.actors import host_channels
-from rafka.actors.direct_channel import CHANNEL_METHODS
 from rafka.actors.handles import Gateway, _translate, as_array
 from rafka.actors.replica_handle import leader_host
 from rafka.errors import (
@@ -36,22 +35,15 @@ CONTROLLER_TIMEOUT_S = 30.0
 CONTROLLER_RETRY_S = 0.2
 
 
-def _submit(replica, method: str, args: tuple) -> tuple[Awaitable[Any], Callable[[], None]]:
-    """``method`` of ``replica`` submitted now: (its answer to await, a function that stops
-    it), over the host's direct channel for the methods channels serve when there is one,
-    else as an actor call."""
-    channel = host_channels.shared().channel(replica.host) if method in CHANNEL_METHODS else None
-    return _submit_on(channel, replica, method, args)
-
-
-def _submit_on(channel, replica, method: str, args: tuple) -> tuple[Awaitable[Any],
-                                                                    Callable[[], None]]:
-    """As ``_submit``, over ``channel``, or as an actor call when it is None."""
+def _submit(replica, method: str, args: tuple, client_id: str | None = None,
+            request_no: int = -1) -> tuple[Awaitable[Any], Callable[[], None]]:
+    """``method`` of ``replica`` submitted now (``HostChannels.call_replica``): its answer to
+    await, and a function that stops it."""
+    pending, channel = host_channels.shared().call_replica(replica, method, args, client_id,
+                                                           request_no)  # fmt: skip
     if channel is not None:
-        future = channel.call(method, replica.topic_id, replica.partition, *args)
-        return asyncio.wrap_future(future), lambda: channel.cancel(future)
-    ref = getattr(replica, method).remote(*args)
-    return ref, lambda: ray.cancel(ref)
+        return asyncio.wrap_future(pending), lambda: channel.cancel(pending)
+    return pending, lambda: ray.cancel(pending)
 
 
 class KafkaBackend:
@@ -207,16 +199,10 @@ class KafkaBackend:
         started_over = self._numberings.get(numbering, 0)
         client_id = f"{at_leader}#{started_over}" if started_over else at_leader
         request_no = number_of(client_id)
-        channels = host_channels.shared()
-        session = (client_id, replica.topic_id, replica.partition)
-        channel = channels.for_request(replica.host, session, request_no)
         try:
-            answer, _ = _submit_on(channel, replica, "produce", (
+            answer, _ = _submit(replica, "produce", (
                 as_array(batches), acks, timeout_ms, client_id, request_no, transactional_id,
-            ))  # fmt: skip
-            if channel is None:
-                channels.sent_as_actor_call(replica.host, session, request_no,
-                                            answer.future())  # fmt: skip
+            ), client_id, request_no)  # fmt: skip
             if submitted is not None:
                 submitted()
             answer = await answer

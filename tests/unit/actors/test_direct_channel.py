@@ -16,6 +16,7 @@ from rafka.actors import channel_client, direct_channel
 from rafka.actors.channel_client import ChannelClient, ChannelClosed
 from rafka.actors.direct_channel import ChannelServer
 from rafka.errors import BrokerNotAvailable, NotLeaderOrFollower, RafkaError
+from tests.unit.actors.channel_serving import serving
 
 
 class Host:
@@ -49,30 +50,13 @@ class Host:
 @pytest.fixture
 def served():
     """(server, host, loop) with the server listening on loopback; stopped after."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def run(coro):
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(5)
-
-    async def make():
-        host = Host()
-        server = ChannelServer({name: getattr(host, name)
-                                for name in ("produce", "slow", "fail", "odd")})  # fmt: skip
-        await server.start("127.0.0.1")
-        return server, host
-
-    server, host = run(make())
-    try:
-        yield server, host, loop
-    finally:
-        loop.call_soon_threadsafe(host.release.set)
-        loop.call_soon_threadsafe(server.close)
-        time.sleep(0.05)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        loop.close()
+    host = Host()
+    with serving({name: getattr(host, name) for name in ("produce", "slow", "fail", "odd")}
+                 ) as (server, loop):  # fmt: skip
+        try:
+            yield server, host, loop
+        finally:
+            loop.call_soon_threadsafe(host.release.set)
 
 
 def _client(server) -> ChannelClient:
@@ -310,27 +294,11 @@ class _Unreadable:
 @pytest.fixture
 def loaded(monkeypatch):
     monkeypatch.setattr(direct_channel, "MAX_IN_FLIGHT", 3)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
     host = Loaded()
-
-    async def make():
-        server = ChannelServer({name: getattr(host, name) for name in
-                                ("busy", "poll", "big", "unreadable", "produce",
-                                 "count")})  # fmt: skip
-        await server.start("127.0.0.1")
-        return server
-
-    server = asyncio.run_coroutine_threadsafe(make(), loop).result(5)
-    try:
+    with serving({name: getattr(host, name) for name in
+                  ("busy", "poll", "big", "unreadable", "produce", "count")}
+                 ) as (server, loop):  # fmt: skip
         yield server, host, loop
-    finally:
-        loop.call_soon_threadsafe(server.close)
-        time.sleep(0.05)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        loop.close()
 
 
 def test_a_cancel_read_before_its_call_started_frees_the_calls_place(loaded):

@@ -4,7 +4,6 @@ through a future the test completes."""
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import os
 import socket
@@ -15,10 +14,10 @@ import pytest
 
 from rafka.actors import host_channels
 from rafka.actors.channel_client import ChannelClient, ChannelClosed
-from rafka.actors.direct_channel import ChannelServer
 from rafka.actors.handles import Gateway
 from rafka.actors.host_channels import HostChannels
 from rafka.errors import RequestTimedOut
+from tests.unit.actors.channel_serving import serving
 
 
 class _Remote:
@@ -50,27 +49,11 @@ class FakeHost:
 
 @pytest.fixture
 def server():
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
     async def echo(*args):
         return args
 
-    async def start():
-        s = ChannelServer({"fetch": echo})
-        await s.start("127.0.0.1")
-        return s
-
-    s = asyncio.run_coroutine_threadsafe(start(), loop).result(5)
-    try:
-        yield s
-    finally:
-        loop.call_soon_threadsafe(s.close)
-        time.sleep(0.05)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        loop.close()
+    with serving({"fetch": echo}) as (served, _loop):
+        yield served
 
 
 def _settled(channels: HostChannels, host) -> None:
@@ -210,7 +193,7 @@ def test_sessions_whose_request_0_is_unanswered_are_not_forgotten(monkeypatch):
 class _Open(ChannelClient):
     closed = False
 
-    def __init__(self) -> None:  # noqa: D107 - a stand-in that never connects
+    def __init__(self) -> None:
         pass
 
 

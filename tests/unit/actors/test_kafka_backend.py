@@ -69,8 +69,11 @@ class _Channel:
         pass
 
 
-class _Channels:
+class _Channels(host_channels.HostChannels):
+    """This process's channels, with ``channel`` always up (or always down: None)."""
+
     def __init__(self, channel) -> None:
+        super().__init__()
         self._channel = channel
 
     def channel(self, host):
@@ -78,9 +81,6 @@ class _Channels:
 
     def for_request(self, host, session, request_no):
         return self._channel
-
-    def sent_as_actor_call(self, host, session, request_no, answer) -> None:
-        pass
 
 
 class _ActorMethod:
